@@ -37,5 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     return _command_module(args.command).run(args)
 
 
+def train_main() -> None:
+    """The `train` entry point of the wheel, which a job's `python_wheel_task` calls.
+
+    It exits rather than returns: the task runner ignores a return value, and a failed run must fail the task.
+    """
+    sys.exit(main(["train", *sys.argv[1:]]))
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,95 @@
+"""The template's answers: the clusters they ask for, and every check made before a file is written."""
+
+from __future__ import annotations
+
+import keyword
+import re
+from typing import Mapping
+
+from .compute.catalog import CLOUDS, default_catalog
+from .compute.clusters import STANDARD_RUNTIME, new_cluster
+from .compute.engines import ENGINES, SPARK_ML_CONNECT
+from .compute.guards import check_cluster, request_from_cluster
+from .findings import Finding
+
+ALL_ENGINES = "all"
+SLUG = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+UC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+# Packages a generated project must not shadow: the runtime's own.
+RESERVED_PACKAGES = {"pyspark", "torch", "deepspeed", "ray", "mlflow", "databricks", "numpy", "pandas", "test", "tests"}
+YES_NO = ("yes", "no")
+
+
+def chosen_engines(answers: Mapping) -> list[str]:
+    return list(ENGINES) if answers["engine"] == ALL_ENGINES else [answers["engine"]]
+
+
+def default_node_type(cloud: str, engine: str) -> str:
+    return default_catalog().default_node_type(cloud, gpu=engine != SPARK_ML_CONNECT).id
+
+
+def default_cpu_node_type(cloud: str) -> str:
+    return default_catalog().default_node_type(cloud, gpu=False).id
+
+
+def job_cluster(answers: Mapping, engine: str) -> dict:
+    """The `new_cluster` of one engine's job. With engine=all, Spark ML gets its own CPU cluster."""
+    own_cpu_cluster = engine == SPARK_ML_CONNECT and answers["engine"] == ALL_ENGINES
+    return new_cluster(
+        engine=engine,
+        cloud=answers["cloud"],
+        node_type_id=answers["cpu_node_type_id"] if own_cpu_cluster else answers["node_type_id"],
+        num_workers=int(answers["num_workers"]),
+        spark_version=STANDARD_RUNTIME if own_cpu_cluster else answers["spark_version"],
+        allow_unknown_node_type=answers.get("allow_unknown_node_type") == "yes",
+    )
+
+
+def check_answers(answers: Mapping) -> list[Finding]:
+    """Every finding about a set of answers; the hook refuses to generate while any is an error."""
+    findings = list(_check_plain_answers(answers))
+    if any(finding.is_error for finding in findings):
+        return findings  # the cluster rules need valid cloud, engine and num_workers
+    for engine in chosen_engines(answers):
+        request = request_from_cluster(job_cluster(answers, engine), (engine,), answers["cloud"])
+        for finding in check_cluster(request):
+            if engine == SPARK_ML_CONNECT and answers["engine"] == ALL_ENGINES and finding.path == "node_type_id":
+                finding = Finding(finding.rule, finding.message, finding.fix, path="cpu_node_type_id",
+                                  severity=finding.severity)
+            findings.append(finding)
+    return list(dict.fromkeys(findings))
+
+
+def _check_plain_answers(answers: Mapping):
+    slug = answers["project_slug"]
+    if not SLUG.match(slug):
+        yield Finding("invalid-project-slug", f"project_slug {slug!r} is not a valid bundle and folder name",
+                      "use lowercase letters, digits, '-' and '_', starting with a letter (at most 63)",
+                      path="project_slug")
+    package = answers["package_name"]
+    if not package.isidentifier() or keyword.iskeyword(package) or package != package.lower() or not package.isascii():
+        yield Finding("invalid-package-name", f"package_name {package!r} is not a lowercase Python identifier",
+                      "use lowercase letters, digits and '_', starting with a letter, e.g. my_training",
+                      path="package_name")
+    elif package in RESERVED_PACKAGES:
+        yield Finding("reserved-package-name", f"package_name {package!r} would shadow the {package} package",
+                      "pick a name of your own, e.g. my_training", path="package_name")
+    if answers["cloud"] not in CLOUDS:
+        yield Finding("invalid-cloud", f"cloud {answers['cloud']!r} is not one of {', '.join(CLOUDS)}",
+                      f"answer one of {', '.join(CLOUDS)}", path="cloud")
+    if answers["engine"] not in (*ENGINES, ALL_ENGINES):
+        yield Finding("invalid-engine", f"engine {answers['engine']!r} is not one of {', '.join(ENGINES)}, all",
+                      f"answer one of {', '.join(ENGINES)} or all", path="engine")
+    num_workers = str(answers["num_workers"]).strip()
+    if not num_workers.isdigit() or int(num_workers) > 256:
+        yield Finding("invalid-num-workers", f"num_workers {answers['num_workers']!r} is not a whole number from 0 to 256",
+                      "answer 0 for one node (the default), or the number of worker nodes", path="num_workers")
+    for name in ("catalog", "schema"):
+        if not UC_NAME.match(str(answers[name])):
+            yield Finding(f"invalid-{name}", f"{name} {answers[name]!r} is not a Unity Catalog name",
+                          "use letters, digits and '_', starting with a letter or '_'", path=name)
+    if answers.get("allow_unknown_node_type", "no") not in YES_NO:
+        yield Finding("invalid-allow-unknown-node-type",
+                      f"allow_unknown_node_type {answers['allow_unknown_node_type']!r} is not yes or no",
+                      "answer yes or no", path="allow_unknown_node_type")
+

@@ -1,0 +1,115 @@
+"""The node-type catalog: `node_types.yaml` beside this file, read into `NodeType`s."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+CATALOG_FILE = Path(__file__).with_name("node_types.yaml")
+CLOUDS = ("azure", "aws", "gcp")
+MULTI_NODE_VERDICTS = ("allow", "warn", "refuse")
+NETWORKS = ("none", "standard", "accelerated", "infiniband", "efa")
+FAMILY_FIELDS = ("family", "cloud", "gpu_model", "gpu_memory_gb", "network", "multi_node", "reason", "source", "node_types")
+NODE_FIELDS = ("id", "gpus", "vcpus", "memory_gb")
+
+
+@dataclass(frozen=True)
+class NodeType:
+    id: str
+    cloud: str
+    family: str
+    gpus: int
+    gpu_model: str | None
+    gpu_memory_gb: float
+    vcpus: int
+    memory_gb: float
+    network: str
+    multi_node: str
+    reason: str
+    source: str
+    notes: str | None = None
+    multi_gpu_broken: bool = False
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpus > 0
+
+
+class CatalogError(ValueError):
+    """The catalog file is malformed: names the file, the entry and the field."""
+
+
+class Catalog:
+    def __init__(self, node_types: list[NodeType], defaults: dict[str, dict[str, str]]):
+        self.node_types = node_types
+        self._by_id = {node.id: node for node in node_types}
+        self.defaults = defaults
+
+    def find(self, node_type_id: str) -> NodeType | None:
+        return self._by_id.get(node_type_id)
+
+    def family(self, family: str) -> list[NodeType]:
+        return [node for node in self.node_types if node.family == family]
+
+    def closest(self, node_type_id: str, cloud: str | None = None, count: int = 3) -> list[str]:
+        candidates = [node.id for node in self.node_types if cloud is None or node.cloud == cloud]
+        by_lower = {name.lower(): name for name in candidates}
+        matches = difflib.get_close_matches(node_type_id.lower(), list(by_lower), n=count, cutoff=0.5)
+        return [by_lower[match] for match in matches]
+
+    def default_node_type(self, cloud: str, gpu: bool) -> NodeType:
+        return self._by_id[self.defaults[cloud]["gpu" if gpu else "cpu"]]
+
+
+def _family_node_types(family: dict, where: str) -> list[NodeType]:
+    missing = [name for name in FAMILY_FIELDS if name not in family]
+    if missing:
+        raise CatalogError(f"{where}: family {family.get('family', '?')!r} lacks {', '.join(missing)}")
+    if family["cloud"] not in CLOUDS:
+        raise CatalogError(f"{where}: family {family['family']!r} has cloud {family['cloud']!r}; use one of {CLOUDS}")
+    if family["multi_node"] not in MULTI_NODE_VERDICTS:
+        raise CatalogError(f"{where}: family {family['family']!r} has multi_node {family['multi_node']!r}; "
+                           f"use one of {MULTI_NODE_VERDICTS}")
+    if family["network"] not in NETWORKS:
+        raise CatalogError(f"{where}: family {family['family']!r} has network {family['network']!r}; use one of {NETWORKS}")
+    node_types = []
+    for entry in family["node_types"]:
+        missing = [name for name in NODE_FIELDS if name not in entry]
+        if missing:
+            raise CatalogError(f"{where}: node type {entry.get('id', '?')!r} in family {family['family']!r} "
+                               f"lacks {', '.join(missing)}")
+        node_types.append(NodeType(
+            id=entry["id"], cloud=family["cloud"], family=family["family"], gpus=int(entry["gpus"]),
+            gpu_model=family["gpu_model"], gpu_memory_gb=float(family["gpu_memory_gb"]), vcpus=int(entry["vcpus"]),
+            memory_gb=float(entry["memory_gb"]), network=family["network"], multi_node=family["multi_node"],
+            reason=family["reason"], source=family["source"], notes=family.get("notes"),
+            multi_gpu_broken=bool(entry.get("multi_gpu_broken", False)),
+        ))
+    return node_types
+
+
+def load_catalog(path: Path | str = CATALOG_FILE) -> Catalog:
+    path = Path(path)
+    document = yaml.safe_load(path.read_text())
+    node_types = [node for family in document["families"] for node in _family_node_types(family, str(path))]
+    seen: set[str] = set()
+    for node in node_types:
+        if node.id in seen:
+            raise CatalogError(f"{path}: node type {node.id!r} is listed twice")
+        seen.add(node.id)
+    catalog = Catalog(node_types, document["defaults"])
+    for cloud in CLOUDS:
+        for kind in ("gpu", "cpu"):
+            default = catalog.find(document["defaults"][cloud][kind])
+            if default is None or default.cloud != cloud or default.has_gpu != (kind == "gpu"):
+                raise CatalogError(f"{path}: defaults.{cloud}.{kind} must name a {kind.upper()} node type of {cloud}")
+    return catalog
+
+
+@lru_cache(maxsize=1)
+def default_catalog() -> Catalog:
+    return load_catalog()
