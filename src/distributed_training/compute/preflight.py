@@ -1,0 +1,117 @@
+"""Preflight: before any training starts, what the job asked for against what the cluster really has.
+
+Run at the start of `train` on the driver. The cluster's own settings go through the same guards as the template
+answers and `validate`; on top, the hardware the driver and executors see must match the job's request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..findings import Finding
+from .engines import REQUIREMENTS
+from .guards import ClusterRequest, check_cluster
+
+# Cluster facts that Databricks exposes as Spark confs on every cluster.
+NODE_TYPE_CONF = "spark.databricks.clusterUsageTags.clusterNodeType"
+WORKERS_CONF = "spark.databricks.clusterUsageTags.clusterWorkers"
+SPARK_VERSION_CONF = "spark.databricks.clusterUsageTags.sparkVersion"  # e.g. 17.3.x-gpu-ml-scala2.13
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    engine: str
+    num_nodes: int
+    gpus_per_node: int
+
+
+@dataclass(frozen=True)
+class ObservedCluster:
+    master: str
+    driver_gpus: int
+    workers: int  # worker nodes (executors on Databricks: one per worker)
+    spark_conf: dict[str, str]
+    node_type_id: str | None = None
+    spark_version: str | None = None
+
+    @property
+    def single_node(self) -> bool:
+        return self.master.startswith("local")
+
+
+def observe(spark) -> ObservedCluster:
+    """What this driver sees: its GPUs, the Spark master, the workers and the confs that matter."""
+    import torch
+
+    conf = {key: value for key, value in spark.sparkContext.getConf().getAll()}
+    master = conf.get("spark.master", "")
+    workers = conf.get(WORKERS_CONF)
+    if workers is None:  # off Databricks: count the executors the driver knows, less the driver itself
+        workers = max(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1, 0)
+    return ObservedCluster(
+        master=master,
+        driver_gpus=torch.cuda.device_count(),
+        workers=int(workers),
+        spark_conf=conf,
+        node_type_id=conf.get(NODE_TYPE_CONF),
+        spark_version=conf.get(SPARK_VERSION_CONF),
+    )
+
+
+def check(request: TrainingRequest, observed: ObservedCluster) -> list[Finding]:
+    findings = list(_hardware_findings(request, observed))
+    if observed.node_type_id and observed.spark_version:
+        as_running = ClusterRequest(
+            node_type_id=observed.node_type_id,
+            num_workers=0 if observed.single_node else observed.workers,
+            spark_version=observed.spark_version,
+            engines=(request.engine,),
+            spark_conf=observed.spark_conf,
+        )
+        # A node type missing from the catalog is not a reason to stop a job that is already running.
+        findings += [finding for finding in check_cluster(as_running) if finding.rule != "unknown-node-type"]
+    return findings
+
+
+def _hardware_findings(request: TrainingRequest, observed: ObservedCluster):
+    wants = f"the job asks for {request.num_nodes} node(s) x {request.gpus_per_node} GPU(s)"
+    if request.num_nodes > 1 and observed.single_node:
+        yield Finding("preflight-single-node-cluster", f"{wants}, but this is a single-node cluster "
+                      f"(spark.master {observed.master})",
+                      "pass --num-nodes 1, or give the job cluster num_workers equal to the nodes wanted")
+    if request.num_nodes > 1 and not observed.single_node and observed.workers < request.num_nodes:
+        yield Finding("preflight-too-few-workers", f"{wants}, but the cluster has {observed.workers} worker(s)",
+                      f"pass --num-nodes {max(observed.workers, 1)}, or raise the job cluster's num_workers")
+    if request.num_nodes == 1 and observed.driver_gpus < request.gpus_per_node:
+        yield Finding("preflight-gpus-missing", f"{wants}, but the driver sees {observed.driver_gpus} GPU(s)",
+                      f"pass --gpus-per-node {observed.driver_gpus}, or run on a node type with "
+                      f"{request.gpus_per_node} GPUs")
+    if request.num_nodes > 1 and request.gpus_per_node > 0:
+        executor_gpus = observed.spark_conf.get("spark.executor.resource.gpu.amount")
+        if executor_gpus is not None and int(float(executor_gpus)) < request.gpus_per_node:
+            yield Finding("preflight-gpus-missing", f"{wants}, but each executor has {executor_gpus} GPU(s) "
+                          "(spark.executor.resource.gpu.amount)",
+                          f"pass --gpus-per-node {executor_gpus}, or use a node type with more GPUs")
+        wanted = REQUIREMENTS[request.engine].task_gpu_amount if request.engine in REQUIREMENTS else None
+        actual = observed.spark_conf.get("spark.task.resource.gpu.amount")
+        if wanted is not None and actual is not None and float(actual) != float(wanted):
+            yield Finding("preflight-gpu-task-amount", f"{request.engine} needs spark.task.resource.gpu.amount "
+                          f"{wanted} on a multi-node GPU cluster; this cluster has {actual}",
+                          f'set spark_conf: {{spark.task.resource.gpu.amount: "{wanted}"}} on the job cluster')
+
+
+class PreflightError(RuntimeError):
+    """The cluster cannot run the job as asked: every error found, each with its fix."""
+
+
+def ensure_ready(spark, request: TrainingRequest, log=print) -> ObservedCluster:
+    """Check the cluster before training; print warnings, raise PreflightError on any error."""
+    observed = observe(spark)
+    findings = check(request, observed)
+    for finding in findings:
+        if not finding.is_error:
+            log(str(finding))
+    errors = [finding for finding in findings if finding.is_error]
+    if errors:
+        raise PreflightError("preflight failed, nothing was trained:\n" + "\n".join(str(error) for error in errors))
+    return observed

@@ -1,0 +1,39 @@
+"""Preflight: the job's request against what the cluster has, each rule on both sides."""
+
+import pytest
+
+from distributed_training.compute.preflight import ObservedCluster, TrainingRequest, check
+
+MULTI_NODE_CONF = {"spark.executor.resource.gpu.amount": "4", "spark.task.resource.gpu.amount": "1"}
+
+
+def rules(request, observed):
+    return sorted(finding.rule for finding in check(request, observed) if finding.is_error)
+
+
+def cluster(master="spark://driver:7077", driver_gpus=0, workers=2, conf=MULTI_NODE_CONF, **more):
+    return ObservedCluster(master=master, driver_gpus=driver_gpus, workers=workers, spark_conf=dict(conf), **more)
+
+
+@pytest.mark.parametrize("request_, refused, allowed, rule", [
+    (TrainingRequest("torch_distributor", 2, 4), cluster(master="local[*, 4]"), cluster(),
+     "preflight-single-node-cluster"),
+    (TrainingRequest("torch_distributor", 3, 4), cluster(workers=2), cluster(workers=3), "preflight-too-few-workers"),
+    (TrainingRequest("torch_distributor", 1, 4), cluster(master="local[*]", driver_gpus=2),
+     cluster(master="local[*]", driver_gpus=4), "preflight-gpus-missing"),
+    (TrainingRequest("torch_distributor", 2, 8), cluster(), cluster(conf={**MULTI_NODE_CONF,
+     "spark.executor.resource.gpu.amount": "8"}), "preflight-gpus-missing"),
+    (TrainingRequest("torch_distributor", 2, 4), cluster(conf={**MULTI_NODE_CONF, "spark.task.resource.gpu.amount": "0.5"}),
+     cluster(), "preflight-gpu-task-amount"),
+    (TrainingRequest("ray", 2, 4), cluster(), cluster(conf={**MULTI_NODE_CONF, "spark.task.resource.gpu.amount": "0"}),
+     "preflight-gpu-task-amount"),
+])
+def test_preflight_rule_refuses_one_and_allows_the_other(request_, refused, allowed, rule):
+    assert rule in rules(request_, refused)
+    assert rule not in rules(request_, allowed)
+
+
+def test_cluster_settings_go_through_the_same_guards():
+    on_nc = cluster(master="local[*, 4]", driver_gpus=4, workers=0, conf={},
+                    node_type_id="Standard_NC24s_v3", spark_version="13.3.x-cpu-ml-scala2.12")
+    assert rules(TrainingRequest("deepspeed", 1, 4), on_nc) == ["gpu-node-cpu-runtime", "runtime-too-old"]
