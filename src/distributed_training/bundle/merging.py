@@ -1,0 +1,130 @@
+"""How the Databricks CLI combines configuration: included files into the root, a target over the root.
+
+- Mappings merge key by key, recursively; lists concatenate; any other value from the override replaces the base
+  (an empty override, `key:` with nothing after it, keeps the base).
+- After merging, the list items the CLI knows by a key are merged into the first item with the same key: job
+  tasks (`task_key`), job clusters (`job_cluster_key`), job parameters (`name`) and pipeline clusters (`label`).
+  That is how a target changes one task of a job without repeating the others.
+- A target overrides `bundle`, `workspace`, `artifacts`, `resources`, `sync`, `permissions` and `presets` by
+  merging; its `variables` set the `default` (or `lookup`) of root variables; `run_as` replaces the root's;
+  `cluster_id` (old name `compute_id`) and `git.branch` land under `bundle`. (The CLI also keeps `mode` under
+  `bundle`, but the schema does not know it there: it stays in the target's own section.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .sourced import SourcedDict, SourcedList, source_of
+
+TARGET_MERGED_FIELDS = ("bundle", "workspace", "artifacts", "resources", "sync", "permissions", "presets")
+
+# resource type -> list field -> the key that identifies an item of that list
+KEYED_LISTS = {
+    "jobs": {"tasks": "task_key", "job_clusters": "job_cluster_key", "parameters": "name"},
+    "pipelines": {"clusters": "label"},
+}
+
+
+def merge(base: Any, override: Any) -> Any:
+    if override is None:
+        return base
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = SourcedDict(base, getattr(base, "sources", {}))
+        for key, value in override.items():
+            if key in merged and isinstance(merged[key], (dict, list)) and type(value) is type(merged[key]):
+                merged[key] = merge(merged[key], value)
+            elif value is not None or key not in merged:
+                merged.put(key, value, source_of(override, key))
+        return merged
+    if isinstance(base, list) and isinstance(override, list):
+        return SourcedList([*base, *override], [*_list_sources(base), *_list_sources(override)])
+    return override
+
+
+def _list_sources(items: list) -> list[str | None]:
+    return list(getattr(items, "sources", [None] * len(items)))
+
+
+def merge_items_by_key(items: list, key_field: str, default_key: str | None = None) -> list:
+    """Items sharing a key merged into the first of them; items without a key stay as they are."""
+    merged: list = []
+    sources: list[str | None] = []
+    first_index: dict[str, int] = {}
+    for item, source in zip(items, _list_sources(items)):
+        key = item.get(key_field, default_key) if isinstance(item, dict) else None
+        if isinstance(key, str) and key_field == "label":
+            key = key.lower()
+        if isinstance(key, str) and key in first_index:
+            merged[first_index[key]] = merge(merged[first_index[key]], item)
+            continue
+        if isinstance(key, str):
+            first_index[key] = len(merged)
+        merged.append(item)
+        sources.append(source)
+    return SourcedList(merged, sources)
+
+
+def merge_keyed_lists(tree: dict) -> None:
+    """Apply `merge_items_by_key` to every keyed list of every resource of `tree`, in place."""
+    resources = tree.get("resources")
+    if not isinstance(resources, dict):
+        return
+    for resource_type, list_fields in KEYED_LISTS.items():
+        of_type = resources.get(resource_type)
+        if not isinstance(of_type, dict):
+            continue
+        for resource in of_type.values():
+            if not isinstance(resource, dict):
+                continue
+            for field, key_field in list_fields.items():
+                if isinstance(resource.get(field), list):
+                    default_key = "default" if key_field == "label" else None
+                    resource[field] = merge_items_by_key(resource[field], key_field, default_key)
+
+
+def apply_target(root: dict, name: str) -> SourcedDict:
+    """The configuration the CLI deploys for target `name`: the root (without `targets`) with the target merged in."""
+    target = (root.get("targets") or {}).get(name) or {}
+    tree = SourcedDict({key: value for key, value in root.items() if key not in ("targets", "environments")},
+                       getattr(root, "sources", {}))
+    for field in TARGET_MERGED_FIELDS:
+        if field in target:
+            tree.put(field, merge(tree.get(field), target[field]), source_of(tree, field) or source_of(target, field))
+    if isinstance(target.get("variables"), dict):
+        tree.put("variables", _override_variables(tree.get("variables"), target["variables"]),
+                 source_of(tree, "variables") or source_of(target, "variables"))
+    if "run_as" in target:
+        tree.put("run_as", target["run_as"], source_of(target, "run_as"))
+    bundle_overrides = SourcedDict()
+    for field, bundle_field in (("compute_id", "cluster_id"), ("cluster_id", "cluster_id")):
+        if field in target:
+            bundle_overrides.put(bundle_field, target[field], source_of(target, field))
+    branch = (target.get("git") or {}).get("branch") if isinstance(target.get("git"), dict) else None
+    if branch is not None:
+        bundle_overrides.put("git", SourcedDict({"branch": branch}, {"branch": source_of(target, "git")}),
+                             source_of(target, "git"))
+    if bundle_overrides:
+        tree.put("bundle", merge(tree.get("bundle") or SourcedDict(), bundle_overrides),
+                 source_of(tree, "bundle") or source_of(target, "git"))
+    merge_keyed_lists(tree)
+    return tree
+
+
+def _override_variables(root_variables: Any, target_variables: dict) -> SourcedDict:
+    variables = SourcedDict(root_variables or {}, getattr(root_variables, "sources", {}))
+    for name, value in target_variables.items():
+        source = source_of(target_variables, name)
+        declared = variables.get(name)
+        definition = SourcedDict(declared if isinstance(declared, dict) else {},
+                                 getattr(declared, "sources", {}))
+        if isinstance(value, dict) and ("default" in value or "lookup" in value):
+            for field in ("default", "lookup"):
+                if field in value:
+                    definition.pop("default" if field == "lookup" else "lookup", None)
+                    definition.put(field, value[field], source_of(value, field))
+        else:
+            definition.pop("lookup", None)
+            definition.put("default", value, source)
+        variables.put(name, definition, source_of(variables, name) or source)
+    return variables

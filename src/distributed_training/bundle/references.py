@@ -1,0 +1,193 @@
+"""`${...}` references: their syntax, what each points at in a target, and substituting the known ones.
+
+A reference is `${root.name.name[0]...}`; each name is letters, then letters or digits, optionally joined by `-`
+or `_` (any script's letters, as the CLI reads them: `${var.变量}` is fine; an emoji or a letter written with a
+combining accent is not). The CLI knows five roots: `var`, `bundle`, `workspace`, `resources`, `artifacts`.
+
+In a target, a reference is one of: resolved (a value this module can compute now), known later (a lookup
+variable, a resource id, the deploying user: the CLI fills them in at deploy time), or broken (a finding).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..findings import Finding
+from .paths import Path, format_path, get_at, walk_strings
+from .variables import Variable
+
+KNOWN_ROOTS = ("var", "bundle", "workspace", "resources", "artifacts")
+
+_LETTER = r"[^\W\d_]"
+_LETTER_OR_DIGIT = r"[^\W_]"
+_NAME = rf"{_LETTER}+(?:[-_]*{_LETTER_OR_DIGIT}+)*"
+_SEGMENT = rf"{_NAME}(?:\[\d+\])*"
+_VALID_INSIDE = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT})*")
+# Anything that looks like a reference, valid or not; `{{job.id}}`-style dynamic values are another syntax.
+_ANY_REFERENCE = re.compile(r"\$\{([^${}]*)\}")
+_PART = re.compile(rf"({_NAME})|\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class Reference:
+    text: str  # as written, `${var.x}`
+    path: Path | None  # ("var", "x"); None when the text is not a valid reference
+
+
+def references_in(value: str) -> list[Reference]:
+    found = []
+    for match in _ANY_REFERENCE.finditer(value):
+        inside = match.group(1)
+        path = _parse(inside) if _VALID_INSIDE.fullmatch(inside) else None
+        found.append(Reference(match.group(0), path))
+    return found
+
+
+def _parse(inside: str) -> Path:
+    return tuple(name if name else int(index) for name, index in _PART.findall(inside))
+
+
+# What a reference resolves to in one target.
+RESOLVED, LATER, BROKEN = "resolved", "later", "broken"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    state: str  # RESOLVED, LATER or BROKEN
+    value: Any = None
+    rule: str = ""  # for BROKEN: the rule id of the finding
+    message: str = ""
+    fix: str = ""
+
+
+class Resolver:
+    """Resolve references against one target's tree (see `Bundle.target_tree`) and its variables."""
+
+    def __init__(self, tree: Mapping, target: str, variables: dict[str, Variable]):
+        self.tree = tree
+        self.target = target
+        self.variables = variables
+
+    def resolve(self, path: Path) -> Resolution:
+        root = path[0]
+        if root == "var":
+            return self._variable(path)
+        if root == "resources":
+            return self._resource(path)
+        if root == "artifacts":
+            return self._artifact(path)
+        if root == "bundle" and path[1:] == ("target",):
+            return Resolution(RESOLVED, self.target)
+        if root in ("bundle", "workspace"):
+            return self._from_tree(path)
+        return Resolution(BROKEN, rule="unknown-reference-root",
+                          message=f"its root {root!r} is not one the CLI knows",
+                          fix=f"references start with one of {', '.join(KNOWN_ROOTS)}, e.g. ${{var.name}}")
+
+    def _variable(self, path: Path) -> Resolution:
+        name = path[1] if len(path) > 1 else None
+        if name not in self.variables:
+            declared = ", ".join(sorted(self.variables)) or "none"
+            return Resolution(BROKEN, rule="undefined-variable",
+                              message=f"variable {name!r} is not declared (declared: {declared})",
+                              fix=f"declare it under variables: ({name}: {{default: ...}}) or fix the name")
+        variable = self.variables[name]
+        if variable.is_lookup or not variable.has_value:
+            return Resolution(LATER)
+        value = get_at(variable.value, path[2:], _MISSING)
+        if value is _MISSING:
+            return Resolution(BROKEN, rule="undefined-variable",
+                              message=f"variable {name!r} has no {format_path(path[2:])!r} in its value",
+                              fix="use a key (or index) that its value has")
+        return Resolution(RESOLVED, value)
+
+    def _resource(self, path: Path) -> Resolution:
+        resources = self.tree.get("resources") if isinstance(self.tree.get("resources"), dict) else {}
+        if len(path) < 3 or get_at(resources, path[1:3], _MISSING) is _MISSING:
+            defined = sorted(f"{kind}.{key}" for kind, of_kind in resources.items() if isinstance(of_kind, dict)
+                             for key in of_kind)
+            return Resolution(BROKEN, rule="dangling-resource-reference",
+                              message=f"points at no resource of this bundle (defined: {', '.join(defined) or 'none'})",
+                              fix="write ${resources.<type>.<key>.<field>}, e.g. ${resources.jobs.train.id}, "
+                                  "with a type and key defined under resources")
+        return self._from_tree(path)
+
+    def _artifact(self, path: Path) -> Resolution:
+        artifacts = self.tree.get("artifacts") if isinstance(self.tree.get("artifacts"), dict) else {}
+        if len(path) < 2 or path[1] not in artifacts:
+            return Resolution(BROKEN, rule="dangling-artifact-reference",
+                              message=f"points at no artifact (defined: {', '.join(sorted(artifacts)) or 'none'})",
+                              fix="use a key defined under artifacts")
+        return self._from_tree(path)
+
+    def _from_tree(self, path: Path) -> Resolution:
+        value = get_at(self.tree, path, _MISSING)
+        return Resolution(LATER) if value is _MISSING else Resolution(RESOLVED, value)
+
+
+_MISSING = object()
+
+
+def reference_findings(tree: Mapping, resolver: Resolver) -> list[Finding]:
+    """A finding for every malformed or broken reference in a target tree (path set, file left to the caller)."""
+    findings = []
+    for path, value in walk_strings(tree):
+        for reference in references_in(value):
+            where = format_path(path)
+            if reference.path is None:
+                findings.append(_malformed(reference.text, where))
+                continue
+            resolution = resolver.resolve(reference.path)
+            if resolution.state == BROKEN:
+                findings.append(Finding(resolution.rule, f"{reference.text}: {resolution.message}", resolution.fix,
+                                        path=where))
+    return findings
+
+
+def _malformed(text: str, where: str) -> Finding:
+    if unicodedata.normalize("NFC", text) != text:
+        return Finding("invalid-reference", f"{text} is not a valid reference: a name holds a combining character "
+                       "(a letter written in decomposed, NFD form)",
+                       "retype the name with precomposed letters (NFC), or use ASCII names", path=where)
+    return Finding("invalid-reference", f"{text} is not a valid reference: names are letters, then letters, digits, "
+                   "'-' or '_', joined by '.', with optional [index]",
+                   "write it like ${var.my_name} or ${resources.jobs.train.id}", path=where)
+
+
+def substitute(tree: Any, resolver: Resolver, rounds: int = 10) -> Any:
+    """The tree with every resolvable reference replaced (repeatedly, for values that hold references)."""
+    for _ in range(rounds):
+        substituted = _substitute_once(tree, resolver)
+        if substituted == tree:
+            return substituted
+        tree = substituted
+    return tree
+
+
+def _substitute_once(node: Any, resolver: Resolver) -> Any:
+    if isinstance(node, dict):
+        return {key: _substitute_once(value, resolver) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_substitute_once(item, resolver) for item in node]
+    if isinstance(node, str) and "${" in node:
+        return _substitute_string(node, resolver)
+    return node
+
+
+def _substitute_string(text: str, resolver: Resolver) -> Any:
+    references = [reference for reference in references_in(text) if reference.path is not None]
+    if len(references) == 1 and references[0].text == text:
+        resolution = resolver.resolve(references[0].path)
+        return resolution.value if resolution.state == RESOLVED else text
+    for reference in references:
+        resolution = resolver.resolve(reference.path)
+        if resolution.state == RESOLVED and isinstance(resolution.value, (str, int, float, bool)):
+            text = text.replace(reference.text, _as_text(resolution.value))
+    return text
+
+
+def _as_text(value: str | int | float | bool) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)

@@ -1,0 +1,112 @@
+"""Parse every job strictly with the typed classes of the `databricks-bundles` package.
+
+`databricks.bundles.jobs.Job.from_dict` refuses unknown keys and values it cannot convert, and accepts
+`${...}` references anywhere. It says what is wrong but not where, so a failing job is narrowed down: its
+sub-mappings (tasks, clusters, ...) are parsed on their own with their own classes, and then the fields of the
+innermost failing mapping, until the error has a path.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import is_dataclass
+from typing import Any, Mapping
+
+from ..findings import Finding
+from .paths import Path, format_path
+
+INSTALL_HINT = "pip install databricks-bundles"
+_PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError)
+
+
+def typed_findings(tree: Mapping) -> list[Finding]:
+    """Findings for every job of a target tree that the typed classes refuse (or one warning without them)."""
+    try:
+        from databricks.bundles.jobs import Job
+    except ModuleNotFoundError:
+        return [Finding("typed-classes-missing", "the databricks-bundles package is not installed: jobs were not "
+                        "parsed with the typed resource classes", f"{INSTALL_HINT} (or install the validate extra)",
+                        severity="warning")]
+    jobs = (tree.get("resources") or {}).get("jobs") if isinstance(tree.get("resources"), dict) else None
+    findings = []
+    for key, job in (jobs or {}).items() if isinstance(jobs, dict) else ():
+        if isinstance(job, dict):
+            findings += _parse(Job, job, ("resources", "jobs", str(key)))
+    return findings
+
+
+def _parse(cls: type, value: Any, path: Path) -> list[Finding]:
+    try:
+        cls.from_dict(value)
+        return []
+    except _PARSE_ERRORS as error:
+        inner = _inner_findings(cls, value, path)
+        return inner or [_finding(cls, value, path, error)]
+
+
+def _inner_findings(cls: type, value: Any, path: Path) -> list[Finding]:
+    """Findings from the parts of `value` that fail on their own (nested typed mappings, list items)."""
+    if not isinstance(value, dict):
+        return []
+    hints = typing.get_type_hints(cls)
+    findings = []
+    for key, field_value in value.items():
+        container, nested = _field_class(hints.get(key))
+        if nested is None:
+            continue
+        if container == "list" and isinstance(field_value, list):
+            parts = [((key, index), item) for index, item in enumerate(field_value)]
+        elif container == "dict" and isinstance(field_value, dict):
+            parts = [((key, str(name)), item) for name, item in field_value.items()]
+        elif container is None:
+            parts = [((key,), field_value)]
+        else:
+            parts = []
+        for relative, part in parts:
+            if isinstance(part, dict):
+                findings += _parse(nested, part, (*path, *relative))
+    return findings
+
+
+def _finding(cls: type, value: Any, path: Path, error: Exception) -> Finding:
+    message = str(error)
+    if message.startswith("Unexpected field '"):
+        field = message.split("'")[1]
+        return Finding("typed", f"unknown field {field!r} for {cls.__name__}",
+                       "remove it or fix its name (the typed classes follow the Jobs API)",
+                       path=format_path((*path, field)))
+    field = _failing_field(cls, value)
+    where = (*path, field) if field is not None else path
+    return Finding("typed", f"{cls.__name__}: {message}", "fix the value to the type the Jobs API expects",
+                   path=format_path(where))
+
+
+def _failing_field(cls: type, value: Any) -> str | None:
+    """The field whose removal lets `value` parse (None when no single field is to blame)."""
+    if not isinstance(value, dict):
+        return None
+    for key in value:
+        try:
+            cls.from_dict({other: item for other, item in value.items() if other != key})
+            return key
+        except _PARSE_ERRORS:
+            continue
+    return None
+
+
+def _field_class(hint: Any) -> tuple[str | None, type | None]:
+    """(container, typed class) of a field's type hint: `VariableOrList[Task]` -> ("list", Task),
+    `VariableOrOptional[ClusterSpec]` -> (None, ClusterSpec), `VariableOrDict[str]` -> ("dict", None)."""
+    origin = typing.get_origin(hint)
+    if getattr(origin, "__name__", "") == "Variable":  # the `${...}` alternative of every field
+        return None, None
+    if is_dataclass(hint) and hasattr(hint, "from_dict"):
+        return None, hint
+    if origin in (list, dict):
+        _, cls = _field_class(typing.get_args(hint)[-1])
+        return origin.__name__, cls
+    for argument in typing.get_args(hint):
+        container, cls = _field_class(argument)
+        if cls is not None:
+            return container, cls
+    return None, None

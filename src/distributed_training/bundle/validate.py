@@ -1,0 +1,180 @@
+"""`validate [BUNDLE_DIR] [--target T] [--schema FILE]`: check a bundle before `databricks bundle deploy`.
+
+Layers, for every target (or the bundle itself when it declares none):
+1. loading: YAML syntax, include globs, resource keys defined twice (see `loader`);
+2. the CLI's JSON schema, when one is given: every file, the merged files, each target (see `schema`);
+3. the typed job classes of databricks-bundles (see `typed`);
+4. references and variables, and rules the schema cannot express (see `references`, `checks`, `wheel_tasks`);
+5. the compute guards on every cluster (`compute.guards.check_bundle_clusters`).
+
+Exit codes: 0 no errors (warnings are printed), 1 errors, 2 bad usage (no bundle there, unknown target,
+unusable schema file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path as FilePath
+from typing import Iterable
+
+from ..findings import Finding
+from . import checks
+from .loader import IMPLICIT_TARGET, Bundle, NotABundle, load_bundle
+from .paths import parse_path
+from .references import Resolver, reference_findings, substitute
+from .schema import SCHEMA_ENV, SchemaUnavailable, load_validator, schema_findings
+from .sourced import file_at
+from .typed import typed_findings
+from .variables import missing_value_findings, target_variables, undeclared_target_variable_findings
+from .wheel_tasks import wheel_task_findings
+
+
+class UnknownTarget(ValueError):
+    """A target was asked for that the bundle does not declare."""
+
+
+def validate_bundle(bundle_dir: str | FilePath, targets: Iterable[str] | None = None,
+                    schema_path: str | FilePath | None = None) -> dict[str, list[Finding]]:
+    """Validate the bundle in `bundle_dir`; findings per target name, each list complete for its target.
+
+    `targets`: the targets to check (default: every target the bundle declares; a bundle without targets is
+    checked as the CLI's implicit target "default"). `schema_path`: the CLI's bundle JSON schema; None skips the
+    schema layer. Findings that hold for the whole bundle (a YAML error, a file's schema error) appear in every
+    target's list. Raises `NotABundle`, `UnknownTarget` or `SchemaUnavailable` for unusable arguments.
+    """
+    bundle = load_bundle(bundle_dir)
+    validator = load_validator(schema_path) if schema_path is not None else None
+    names = _chosen_targets(bundle, targets)
+    shared = _bundle_findings(bundle, validator)
+    report = {}
+    for name in names:
+        own = [finding for finding in _target_findings(bundle, name, validator)
+               if not _reported_already(finding, shared, name)]
+        report[name] = shared + _unique(own)
+    return report
+
+
+def _chosen_targets(bundle: Bundle, targets: Iterable[str] | None) -> list[str]:
+    declared = bundle.target_names or [IMPLICIT_TARGET]
+    if targets is None:
+        return declared
+    chosen = list(targets)
+    unknown = [name for name in chosen if name not in declared]
+    if unknown and bundle.root_file.data is not None:
+        raise UnknownTarget(f"target {', '.join(map(repr, unknown))} is not declared in {bundle.root_file.name} "
+                            f"(targets: {', '.join(declared)})")
+    return chosen
+
+
+def _bundle_findings(bundle: Bundle, validator) -> list[Finding]:
+    findings = list(bundle.findings)
+    if validator is not None:
+        for bundle_file in bundle.files:
+            if bundle_file.data is not None:
+                findings += schema_findings(validator, bundle_file.data, file=bundle_file.name)
+        findings += _with_files(schema_findings(validator, bundle.tree), bundle.tree)
+    findings += _with_files(undeclared_target_variable_findings(bundle.tree)
+                            + checks.production_root_path_findings(bundle.tree)
+                            + checks.default_target_findings(bundle.tree), bundle.tree)
+    return _unique(findings)
+
+
+def _target_findings(bundle: Bundle, name: str, validator) -> list[Finding]:
+    from ..compute.guards import check_bundle_clusters
+
+    tree = bundle.target_tree(name)
+    variables = target_variables(tree)
+    resolver = Resolver(tree, name, variables)
+    findings = schema_findings(validator, tree) if validator is not None else []
+    findings += typed_findings(tree)
+    findings += reference_findings(tree, resolver)
+    findings += missing_value_findings(variables, name)
+    resolved = substitute(tree, resolver)
+    findings += checks.job_cluster_key_findings(resolved)
+    findings += checks.single_node_findings(resolved)
+    findings += wheel_task_findings(resolved, bundle.root)
+    findings += check_bundle_clusters(resolved)
+    return _with_files(findings, tree)
+
+
+def _with_files(findings: list[Finding], tree) -> list[Finding]:
+    """Each finding with its file: the one that defined the deepest part of its path in `tree`."""
+    located = []
+    for finding in findings:
+        if finding.file is None and finding.path:
+            file = file_at(tree, _tree_path(finding.path))
+            finding = Finding(finding.rule, finding.message, finding.fix, file, finding.path, finding.severity)
+        located.append(finding)
+    return located
+
+
+def _tree_path(path: str):
+    try:
+        return parse_path(path)
+    except ValueError:  # a path written by other code in another style: name the file of its first key
+        return (path.split(".")[0],)
+
+
+def _reported_already(finding: Finding, shared: list[Finding], target: str) -> bool:
+    """Whether a bundle-wide finding already says this (a target's tree repeats the root's and the target's own
+    section's errors, at `path` or `targets.<target>.path`)."""
+    same_place = {finding.path, f"targets.{target}.{finding.path}" if finding.path else f"targets.{target}"}
+    return any(other.rule == finding.rule and other.message == finding.message and other.path in same_place
+               for other in shared)
+
+
+def _unique(findings: list[Finding]) -> list[Finding]:
+    return list(dict.fromkeys(findings))
+
+
+def format_report(report: dict[str, list[Finding]]) -> str:
+    """Findings shared by every target once, then each target's own, then a summary line."""
+    names = list(report)
+    common = [finding for finding in report[names[0]] if all(finding in report[name] for name in names[1:])] \
+        if names else []
+    lines = []
+    if common:
+        if len(names) > 1:
+            lines.append(f"== every target ({', '.join(names)}) ==")
+        lines += [str(finding) for finding in common]
+    for name in names:
+        own = [finding for finding in report[name] if finding not in common]
+        if own:
+            lines.append(f"== target {name} ==")
+            lines += [str(finding) for finding in own]
+    every = _unique([finding for findings in report.values() for finding in findings])
+    per_target = "; ".join(f"{name}: {_counts(report[name])}" for name in names)
+    lines.append(f"{_counts(every)} ({per_target})")
+    return "\n".join(lines)
+
+
+def _counts(findings: list[Finding]) -> str:
+    errors = sum(finding.is_error for finding in findings)
+    warnings = len(findings) - errors
+    return f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle_dir", nargs="?", default=".", metavar="BUNDLE_DIR",
+                        help="the folder that holds databricks.yml (default: the current folder)")
+    parser.add_argument("--target", "-t", metavar="T", help="check only this target (default: every target)")
+    parser.add_argument("--schema", metavar="FILE",
+                        help=f"the CLI's bundle JSON schema (`databricks bundle schema > FILE`); default: "
+                             f"${SCHEMA_ENV}, else the schema check is skipped")
+
+
+def run(args: argparse.Namespace) -> int:
+    schema_path = args.schema or os.environ.get(SCHEMA_ENV) or None
+    try:
+        report = validate_bundle(args.bundle_dir, [args.target] if args.target else None, schema_path)
+    except (NotABundle, UnknownTarget, SchemaUnavailable) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if schema_path is None:
+        print(f"schema: skipped (pass --schema FILE or set {SCHEMA_ENV}; `databricks bundle schema` writes one)")
+    else:
+        print(f"schema: {schema_path}")
+    print(format_report(report))
+    return 1 if any(finding.is_error for findings in report.values() for finding in findings) else 0

@@ -1,0 +1,106 @@
+"""The JSON schema layer against the CLI's own fixtures (<schema dir>/testdata/{pass,fail}/*.yml).
+
+The schema is not part of this repository: set DATABRICKS_BUNDLE_SCHEMA to its path (for instance
+/work/shared/bundle-schema/jsonschema.json, or the output of `databricks bundle schema`) to run these tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from distributed_training.bundle.schema import SCHEMA_ENV
+from distributed_training.bundle.validate import validate_bundle
+
+SCHEMA = os.environ.get(SCHEMA_ENV)
+needs_schema = pytest.mark.skipif(
+    not SCHEMA, reason=f"set {SCHEMA_ENV} to the bundle JSON schema file to run the schema tests")
+FIXTURES = Path(SCHEMA).parent / "testdata" if SCHEMA else None
+BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
+
+# The rules that decide what the schema fixtures are about: the schema itself, the typed classes, and the
+# syntax of references (which the schema's patterns also check).
+SCHEMA_LEVEL_RULES = {"schema", "typed", "invalid-reference", "unknown-reference-root", "yaml-syntax"}
+
+# Pass fixtures that `validate` refuses on purpose, because the CLI refuses them too once it goes past the
+# schema: a target may only assign variables the bundle declares ("variable ... is not defined but is
+# assigned a value"), and `${resources.<key>.id}` without the resource type resolves to nothing at deploy.
+STRICTER_THAN_THE_SCHEMA = {
+    "direct_value_in_target.yml": {"undeclared-target-variable"},
+    "target_variable.yml": {"undeclared-target-variable"},
+    "pipeline.yml": {"dangling-resource-reference"},
+    "run_job_task.yml": {"dangling-resource-reference"},
+}
+
+JOB_ID = "resources.jobs.outer.tasks[0].run_job_task.job_id"
+MAX_RUNS = "resources.jobs.foo.max_concurrent_runs"
+# fail fixture -> (rule, path) pairs that must be among its findings: the reason it is wrong, where it is wrong.
+FAIL_REASONS = {
+    "basic.yml": {("schema", "bundle.name")},
+    "deprecated_job_field_format.yml": {("schema", "resources.jobs.foo.format")},
+    "hidden_job_field_deployment.yml": {("schema", "resources.jobs.foo.deployment")},
+    "hidden_job_field_edit_mode.yml": {("schema", "targets.foo.resources.jobs.bar.edit_mode")},
+    "incorrect_volume_type.yml": {("schema", "resources.volumes.foo.volume_type")},
+    "invalid_enum_value_in_job.yml": {("schema", "resources.jobs.myjob.format")},
+    "invalid_enum_value_in_model.yml": {("schema", "resources.models.mymodel.latest_versions")},
+    "invalid_reference_in_job.yml": {("schema", JOB_ID), ("unknown-reference-root", JOB_ID)},
+    "invalid_reference_in_model.yml": {
+        ("unknown-reference-root", "resources.models.mymodel.latest_versions[0].creation_timestamp")},
+    "invalid_unicode_variable_reference.yml": {("schema", MAX_RUNS), ("invalid-reference", MAX_RUNS)},
+    "nfd_unicode_variable_reference.yml": {("schema", MAX_RUNS), ("invalid-reference", MAX_RUNS)},
+    "readonly_job_field_git_snapshot.yml": {("schema", "resources.jobs.foo.git_source.git_snapshot")},
+    "readonly_job_field_job_source.yml": {("schema", "resources.jobs.foo.git_source.job_source")},
+    "required_field_missing_in_job.yml": {("schema", "resources.jobs.foo.tasks[0]")},
+    "unknown_field_in_job.yml": {("schema", "resources.jobs.myjob.unknown_field")},
+    "unknown_field_in_model.yml": {("schema", "resources.models.mymodel.unknown")},
+}
+
+
+def fixture_files(kind: str) -> list:
+    if FIXTURES is None:
+        return [pytest.param(None, marks=needs_schema)]
+    return [pytest.param(path, id=path.name) for path in sorted((FIXTURES / kind).glob("*.yml"))]
+
+
+def validate_file(path: Path, tmp_path: Path) -> list:
+    shutil.copy(path, tmp_path / "databricks.yml")
+    report = validate_bundle(tmp_path, schema_path=SCHEMA)
+    return list(dict.fromkeys(finding for findings in report.values() for finding in findings))
+
+
+@needs_schema
+def test_every_fail_fixture_has_its_expected_reason():
+    assert sorted(path.name for path in (FIXTURES / "fail").glob("*.yml")) == sorted(FAIL_REASONS)
+    assert len(list((FIXTURES / "pass").glob("*.yml"))) > 0
+
+
+@pytest.mark.parametrize("path", fixture_files("pass"))
+def test_pass_fixture_is_accepted(path, tmp_path):
+    findings = validate_file(path, tmp_path)
+    assert [str(finding) for finding in findings if finding.rule in SCHEMA_LEVEL_RULES] == []
+    assert {finding.rule for finding in findings if finding.is_error} == STRICTER_THAN_THE_SCHEMA.get(path.name, set())
+
+
+@pytest.mark.parametrize("path", fixture_files("fail"))
+def test_fail_fixture_is_refused_for_the_right_reason(path, tmp_path):
+    findings = validate_file(path, tmp_path)
+    reasons = {(finding.rule, finding.path) for finding in findings if finding.is_error}
+    assert FAIL_REASONS[path.name] <= reasons, "\n".join(map(str, findings))
+    assert all(finding.file == "databricks.yml" for finding in findings)
+    assert not any("is not valid under any of the given schemas" in finding.message for finding in findings)
+
+
+@needs_schema
+def test_wrong_type_is_caught_by_the_schema_in_its_file():
+    report = validate_bundle(BUNDLES / "wrong_type_schema", schema_path=SCHEMA)
+    [finding] = [finding for finding in report["dev"] if finding.rule == "schema"]
+    assert (finding.file, finding.path) == ("resources/train.yml", "resources.jobs.train.max_concurrent_runs")
+    assert "'two'" in finding.message and "integer" in finding.message
+
+
+@needs_schema
+def test_good_bundle_passes_the_schema_too():
+    assert validate_bundle(BUNDLES / "good", schema_path=SCHEMA) == {"dev": [], "prod": []}
