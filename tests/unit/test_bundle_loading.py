@@ -29,7 +29,8 @@ def test_target_merges_job_clusters_and_tasks_by_their_keys():
     prod = bundle.target_tree("prod")
     job = prod["resources"]["jobs"]["train"]
     [cluster], [task] = job["job_clusters"], job["tasks"]
-    assert (cluster["new_cluster"]["num_workers"], cluster["new_cluster"]["node_type_id"]) == (0, "Standard_NC24ads_A100_v4")
+    new_cluster = cluster["new_cluster"]
+    assert (new_cluster["num_workers"], new_cluster["node_type_id"]) == (0, "Standard_NC24ads_A100_v4")
     assert (task["max_retries"], task["python_wheel_task"]["entry_point"]) == (1, "train")
     assert file_at(prod, parse_path("resources.jobs.train.job_clusters[0].new_cluster.num_workers")) == "databricks.yml"
     assert file_at(prod, parse_path("resources.jobs.train.job_clusters[0].new_cluster.node_type_id")) == \
@@ -173,3 +174,14 @@ def test_several_default_targets_are_refused(tmp_path):
 def test_paths_read_back_as_written(path):
     assert parse_path(format_path(path)) == path
     assert format_path(path).startswith("resources.jobs.train.")
+
+
+def test_resources_of_the_wrong_shape_are_an_error_even_without_the_schema(tmp_path):
+    write_bundle(tmp_path, {"databricks.yml": """
+        bundle: {name: shapes}
+        resources:
+          jobs: [train]
+        """})
+    findings = validate_bundle(tmp_path)["default"]
+    assert [(finding.rule, finding.path) for finding in findings if finding.is_error] == [
+        ("not-a-mapping", "resources.jobs")]

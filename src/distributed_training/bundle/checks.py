@@ -21,6 +21,32 @@ def _mapping(value: Any) -> Mapping:
     return value if isinstance(value, dict) else {}
 
 
+def resource_shape_findings(tree: Mapping) -> list[Finding]:
+    """`resources` must map resource types to mappings of resource keys to resource mappings. The schema says so
+    too, but it is optional: without it a list here would otherwise pass unnoticed."""
+    resources = tree.get("resources")
+    if resources is None:
+        return []
+    if not _mapping_or_reference(resources):
+        return [_not_a_mapping(("resources",), "of resource types (jobs, pipelines, ...)")]
+    findings = []
+    for resource_type, of_type in _mapping(resources).items():
+        if not _mapping_or_reference(of_type):
+            findings.append(_not_a_mapping(("resources", resource_type), "of resource keys to resources"))
+        findings += [_not_a_mapping(("resources", resource_type, key), "of the resource's fields")
+                     for key, resource in _mapping(of_type).items() if not _mapping_or_reference(resource)]
+    return findings
+
+
+def _mapping_or_reference(value: Any) -> bool:
+    return isinstance(value, dict) or (isinstance(value, str) and value.startswith("${"))
+
+
+def _not_a_mapping(path: Path, of_what: str) -> Finding:
+    return Finding("not-a-mapping", f"{format_path(path)} must be a mapping {of_what}",
+                   f"write {format_path(path)} as a mapping {of_what}", path=format_path(path))
+
+
 def jobs_of(tree: Mapping) -> Iterator[tuple[str, Mapping]]:
     for key, job in _mapping(_mapping(tree.get("resources")).get("jobs")).items():
         if isinstance(job, dict):

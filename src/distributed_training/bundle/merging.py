@@ -27,12 +27,13 @@ KEYED_LISTS = {
 
 
 def merge(base: Any, override: Any) -> Any:
+    """`override` merged over `base` by the CLI's rules (see the module docstring); sources travel along."""
     if override is None:
         return base
     if isinstance(base, dict) and isinstance(override, dict):
         merged = SourcedDict(base, getattr(base, "sources", {}))
         for key, value in override.items():
-            if key in merged and isinstance(merged[key], (dict, list)) and type(value) is type(merged[key]):
+            if key in merged and _same_container(merged[key], value):
                 merged[key] = merge(merged[key], value)
             elif value is not None or key not in merged:
                 merged.put(key, value, source_of(override, key))
@@ -40,6 +41,10 @@ def merge(base: Any, override: Any) -> Any:
     if isinstance(base, list) and isinstance(override, list):
         return SourcedList([*base, *override], [*_list_sources(base), *_list_sources(override)])
     return override
+
+
+def _same_container(base: Any, override: Any) -> bool:
+    return any(isinstance(base, kind) and isinstance(override, kind) for kind in (dict, list))
 
 
 def _list_sources(items: list) -> list[str | None]:
@@ -85,7 +90,9 @@ def merge_keyed_lists(tree: dict) -> None:
 
 def apply_target(root: dict, name: str) -> SourcedDict:
     """The configuration the CLI deploys for target `name`: the root (without `targets`) with the target merged in."""
-    target = (root.get("targets") or {}).get(name) or {}
+    targets = root.get("targets")
+    target = targets.get(name) if isinstance(targets, dict) else None
+    target = target if isinstance(target, dict) else {}
     tree = SourcedDict({key: value for key, value in root.items() if key not in ("targets", "environments")},
                        getattr(root, "sources", {}))
     for field in TARGET_MERGED_FIELDS:
@@ -105,8 +112,9 @@ def apply_target(root: dict, name: str) -> SourcedDict:
         bundle_overrides.put("git", SourcedDict({"branch": branch}, {"branch": source_of(target, "git")}),
                              source_of(target, "git"))
     if bundle_overrides:
+        first_source = next(iter(bundle_overrides.sources.values()), None)
         tree.put("bundle", merge(tree.get("bundle") or SourcedDict(), bundle_overrides),
-                 source_of(tree, "bundle") or source_of(target, "git"))
+                 source_of(tree, "bundle") or first_source)
     merge_keyed_lists(tree)
     return tree
 

@@ -1,4 +1,4 @@
-"""Paths inside a bundle tree, written the way the Databricks CLI prints them: `resources.jobs.train.tasks[0].new_cluster`.
+"""Paths inside a bundle tree, written the way the CLI prints them: `resources.jobs.train.tasks[0].new_cluster`.
 
 A path is a tuple of mapping keys (str) and list indexes (int). Keys that contain `.`, `[` or `]` (Spark conf keys
 such as `spark.master`) are written quoted, `spark_conf["spark.master"]`, so that a written path reads back the same.

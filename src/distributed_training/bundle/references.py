@@ -93,7 +93,7 @@ class Resolver:
             declared = ", ".join(sorted(self.variables)) or "none"
             return Resolution(BROKEN, rule="undefined-variable",
                               message=f"variable {name!r} is not declared (declared: {declared})",
-                              fix=f"declare it under variables: ({name}: {{default: ...}}) or fix the name")
+                              fix=f"declare {name!r} under the top-level variables (with a default), or fix the name")
         variable = self.variables[name]
         if variable.is_lookup or not variable.has_value:
             return Resolution(LATER)

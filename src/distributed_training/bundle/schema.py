@@ -122,7 +122,7 @@ def _expected(alternatives: list[dict]) -> str:
         elif "type" in alternative:
             described.append(_TYPE_NAMES.get(str(alternative["type"]), str(alternative["type"])))
     if roots:
-        described.append("a reference such as " + ", ".join(f"${{{root}.…}}" for root in roots))
+        described.append("a reference such as " + ", ".join("${" + root + ".…}" for root in roots))
     return " or ".join(described) or "a value the schema accepts"
 
 

@@ -2,17 +2,18 @@
 
 `databricks.bundles.jobs.Job.from_dict` refuses unknown keys and values it cannot convert, and accepts
 `${...}` references anywhere. It says what is wrong but not where, so a failing job is narrowed down: its
-sub-mappings (tasks, clusters, ...) are parsed on their own with their own classes, and then the fields of the
-innermost failing mapping, until the error has a path.
+unknown keys are named directly, sub-mappings (tasks, clusters, ...) are parsed on their own with their own
+classes, and for any other error the field of the innermost failing mapping that is to blame is found.
 """
 
 from __future__ import annotations
 
 import typing
-from dataclasses import is_dataclass
+from dataclasses import fields, is_dataclass
 from typing import Any, Mapping
 
 from ..findings import Finding
+from .checks import jobs_of
 from .paths import Path, format_path
 
 INSTALL_HINT = "pip install databricks-bundles"
@@ -27,11 +28,9 @@ def typed_findings(tree: Mapping) -> list[Finding]:
         return [Finding("typed-classes-missing", "the databricks-bundles package is not installed: jobs were not "
                         "parsed with the typed resource classes", f"{INSTALL_HINT} (or install the validate extra)",
                         severity="warning")]
-    jobs = (tree.get("resources") or {}).get("jobs") if isinstance(tree.get("resources"), dict) else None
     findings = []
-    for key, job in (jobs or {}).items() if isinstance(jobs, dict) else ():
-        if isinstance(job, dict):
-            findings += _parse(Job, job, ("resources", "jobs", str(key)))
+    for key, job in jobs_of(tree):
+        findings += _parse(Job, job, ("resources", "jobs", key))
     return findings
 
 
@@ -40,16 +39,28 @@ def _parse(cls: type, value: Any, path: Path) -> list[Finding]:
         cls.from_dict(value)
         return []
     except _PARSE_ERRORS as error:
-        inner = _inner_findings(cls, value, path)
-        return inner or [_finding(cls, value, path, error)]
+        if not isinstance(value, dict):
+            return [_finding(cls, value, path, error)]
+        blamed = {**_unknown_fields(cls, value, path), **_inner_findings(cls, value, path)}
+        if not blamed:
+            return [_finding(cls, value, path, error)]
+        # The rest of the mapping may hold an error of its own, hidden behind the ones found so far.
+        rest = {key: item for key, item in value.items() if key not in blamed}
+        return [finding for findings in blamed.values() for finding in findings] + _parse(cls, rest, path)
 
 
-def _inner_findings(cls: type, value: Any, path: Path) -> list[Finding]:
-    """Findings from the parts of `value` that fail on their own (nested typed mappings, list items)."""
-    if not isinstance(value, dict):
-        return []
+def _unknown_fields(cls: type, value: dict, path: Path) -> dict[str, list[Finding]]:
+    known = {field.name for field in fields(cls)}
+    return {key: [Finding("typed", f"unknown field {key!r} for {cls.__name__}",
+                          "remove it or fix its name (the typed classes follow the Jobs API)",
+                          path=format_path((*path, key)))]
+            for key in value if key not in known}
+
+
+def _inner_findings(cls: type, value: dict, path: Path) -> dict[str, list[Finding]]:
+    """Findings from the parts of `value` that fail on their own (nested typed mappings, list items), by key."""
     hints = typing.get_type_hints(cls)
-    findings = []
+    found = {}
     for key, field_value in value.items():
         container, nested = _field_class(hints.get(key))
         if nested is None:
@@ -62,22 +73,17 @@ def _inner_findings(cls: type, value: Any, path: Path) -> list[Finding]:
             parts = [((key,), field_value)]
         else:
             parts = []
-        for relative, part in parts:
-            if isinstance(part, dict):
-                findings += _parse(nested, part, (*path, *relative))
-    return findings
+        findings = [finding for relative, part in parts if isinstance(part, dict)
+                    for finding in _parse(nested, part, (*path, *relative))]
+        if findings:
+            found[key] = findings
+    return found
 
 
 def _finding(cls: type, value: Any, path: Path, error: Exception) -> Finding:
-    message = str(error)
-    if message.startswith("Unexpected field '"):
-        field = message.split("'")[1]
-        return Finding("typed", f"unknown field {field!r} for {cls.__name__}",
-                       "remove it or fix its name (the typed classes follow the Jobs API)",
-                       path=format_path((*path, field)))
     field = _failing_field(cls, value)
     where = (*path, field) if field is not None else path
-    return Finding("typed", f"{cls.__name__}: {message}", "fix the value to the type the Jobs API expects",
+    return Finding("typed", f"{cls.__name__}: {error}", "fix the value to the type the Jobs API expects",
                    path=format_path(where))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path as FilePath
 from typing import Iterable
 
@@ -82,12 +83,11 @@ def _bundle_findings(bundle: Bundle, validator) -> list[Finding]:
 
 
 def _target_findings(bundle: Bundle, name: str, validator) -> list[Finding]:
-    from ..compute.guards import check_bundle_clusters
-
     tree = bundle.target_tree(name)
     variables = target_variables(tree)
     resolver = Resolver(tree, name, variables)
     findings = schema_findings(validator, tree) if validator is not None else []
+    findings += checks.resource_shape_findings(tree)
     findings += typed_findings(tree)
     findings += reference_findings(tree, resolver)
     findings += missing_value_findings(variables, name)
@@ -95,8 +95,18 @@ def _target_findings(bundle: Bundle, name: str, validator) -> list[Finding]:
     findings += checks.job_cluster_key_findings(resolved)
     findings += checks.single_node_findings(resolved)
     findings += wheel_task_findings(resolved, bundle.root)
-    findings += check_bundle_clusters(resolved)
+    findings += _guard_findings(resolved)
     return _with_files(findings, tree)
+
+
+def _guard_findings(tree) -> list[Finding]:
+    from ..compute.guards import check_bundle_clusters
+
+    try:
+        return check_bundle_clusters(tree)
+    except (AttributeError, TypeError, ValueError) as error:  # a malformed tree: the schema/typed findings say why
+        return [Finding("guards-skipped", f"the compute guards could not read this target's clusters ({error})",
+                        "fix the errors reported for the job clusters, then validate again", severity="warning")]
 
 
 def _with_files(findings: list[Finding], tree) -> list[Finding]:
@@ -104,8 +114,7 @@ def _with_files(findings: list[Finding], tree) -> list[Finding]:
     located = []
     for finding in findings:
         if finding.file is None and finding.path:
-            file = file_at(tree, _tree_path(finding.path))
-            finding = Finding(finding.rule, finding.message, finding.fix, file, finding.path, finding.severity)
+            finding = replace(finding, file=file_at(tree, _tree_path(finding.path)))
         located.append(finding)
     return located
 

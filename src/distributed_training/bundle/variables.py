@@ -66,6 +66,6 @@ def undeclared_target_variable_findings(root_tree: Mapping) -> list[Finding]:
                 findings.append(Finding(
                     "undeclared-target-variable",
                     f"target {target_name!r} assigns variable {name!r}, which the bundle does not declare",
-                    f"declare it at the top level: variables: {{{name}: {{description: ..., default: ...}}}}",
+                    f"declare {name!r} under the top-level variables mapping (with a description and a default)",
                     path=format_path(("targets", target_name, "variables", name))))
     return findings
