@@ -129,7 +129,7 @@ def _tree_path(path: str):
 def _reported_already(finding: Finding, shared: list[Finding], target: str) -> bool:
     """Whether a bundle-wide finding already says this (a target's tree repeats the root's and the target's own
     section's errors, at `path` or `targets.<target>.path`)."""
-    same_place = {finding.path, f"targets.{target}.{finding.path}" if finding.path else f"targets.{target}"}
+    same_place = {finding.path} if finding.path is None else {finding.path, f"targets.{target}.{finding.path}"}
     return any(other.rule == finding.rule and other.message == finding.message and other.path in same_place
                for other in shared)
 
@@ -141,8 +141,8 @@ def _unique(findings: list[Finding]) -> list[Finding]:
 def format_report(report: dict[str, list[Finding]]) -> str:
     """Findings shared by every target once, then each target's own, then a summary line."""
     names = list(report)
-    common = [finding for finding in report[names[0]] if all(finding in report[name] for name in names[1:])] \
-        if names else []
+    first, *others = [report[name] for name in names] or [[]]
+    common = [finding for finding in first if all(finding in other for other in others)]
     lines = []
     if common:
         if len(names) > 1:
