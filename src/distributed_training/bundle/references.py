@@ -61,6 +61,7 @@ class Resolution:
     rule: str = ""  # for BROKEN: the rule id of the finding
     message: str = ""
     fix: str = ""
+    severity: str = "error"
 
 
 class Resolver:
@@ -106,6 +107,11 @@ class Resolver:
 
     def _resource(self, path: Path) -> Resolution:
         resources = self.tree.get("resources") if isinstance(self.tree.get("resources"), dict) else {}
+        if len(path) >= 2 and any(isinstance(of_kind, dict) and path[1] in of_kind for of_kind in resources.values()):
+            kind = next(kind for kind, of_kind in resources.items() if isinstance(of_kind, dict) and path[1] in of_kind)
+            return Resolution(BROKEN, rule="resource-reference-without-type", severity="warning",
+                              message=f"names resource {path[1]!r} without its type",
+                              fix=f"write ${{resources.{kind}.{format_path(path[1:])}}}")
         if len(path) < 3 or get_at(resources, path[1:3], _MISSING) is _MISSING:
             defined = sorted(f"{kind}.{key}" for kind, of_kind in resources.items() if isinstance(of_kind, dict)
                              for key in of_kind)
@@ -143,7 +149,7 @@ def reference_findings(tree: Mapping, resolver: Resolver) -> list[Finding]:
             resolution = resolver.resolve(reference.path)
             if resolution.state == BROKEN:
                 findings.append(Finding(resolution.rule, f"{reference.text}: {resolution.message}", resolution.fix,
-                                        path=where))
+                                        path=where, severity=resolution.severity))
     return findings
 
 

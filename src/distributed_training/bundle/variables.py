@@ -55,7 +55,7 @@ def missing_value_findings(variables: dict[str, Variable], target: str) -> list[
 
 
 def undeclared_target_variable_findings(root_tree: Mapping) -> list[Finding]:
-    """Variables a target assigns that the root never declares: the CLI refuses the target."""
+    """Variables a target assigns that the root never declares: a warning (the CLI's own fixtures accept them)."""
     declared = root_tree.get("variables") if isinstance(root_tree.get("variables"), dict) else {}
     targets = root_tree.get("targets") if isinstance(root_tree.get("targets"), dict) else {}
     findings = []
@@ -67,5 +67,5 @@ def undeclared_target_variable_findings(root_tree: Mapping) -> list[Finding]:
                     "undeclared-target-variable",
                     f"target {target_name!r} assigns variable {name!r}, which the bundle does not declare",
                     f"declare {name!r} under the top-level variables mapping (with a description and a default)",
-                    path=format_path(("targets", target_name, "variables", name))))
+                    path=format_path(("targets", target_name, "variables", name)), severity="warning"))
     return findings

@@ -183,7 +183,7 @@ def _engine_rules(engine: str, request: ClusterRequest, node: NodeType | None, r
     if node.has_gpu and request.num_workers > 0 and wanted is not None and actual != wanted:
         yield Finding("gpu-task-amount", f"{engine} on a multi-node GPU cluster needs spark.task.resource.gpu.amount "
                       f"{wanted}; it is {actual if actual is not None else 'not set'}",
-                      f'set spark_conf: {{spark.task.resource.gpu.amount: "{wanted}"}}', path=at("spark_conf"))
+                      f'set spark.task.resource.gpu.amount: "{wanted}" in the cluster\'s spark_conf', path=at("spark_conf"))
 
 
 def _task_engine(task: dict) -> str | None:

@@ -97,7 +97,7 @@ def _hardware_findings(request: TrainingRequest, observed: ObservedCluster):
         if wanted is not None and actual is not None and float(actual) != float(wanted):
             yield Finding("preflight-gpu-task-amount", f"{request.engine} needs spark.task.resource.gpu.amount "
                           f"{wanted} on a multi-node GPU cluster; this cluster has {actual}",
-                          f'set spark_conf: {{spark.task.resource.gpu.amount: "{wanted}"}} on the job cluster')
+                          f'set spark.task.resource.gpu.amount: "{wanted}" in the job cluster\'s spark_conf')
 
 
 class PreflightError(RuntimeError):
