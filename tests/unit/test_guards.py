@@ -78,3 +78,13 @@ def test_bundle_clusters_are_checked_with_the_engine_of_their_tasks():
 
 def test_unresolved_references_are_left_to_the_resolver():
     assert check_cluster(request("${var.node_type}", version="${var.spark_version}")) == []
+
+
+@pytest.mark.parametrize("tree", [
+    {"resources": ["not", "a", "mapping"]},
+    {"resources": {"jobs": {"train": {"tasks": "t", "job_clusters": [{"new_cluster": {"spark_conf": "x"}}]}}}},
+    {"resources": {"jobs": {"train": {"job_clusters": [{"new_cluster": {"custom_tags": ["x"], "autoscale": 3,
+                                                                        "node_type_id": "g5.xlarge"}}]}}}},
+])
+def test_malformed_trees_give_findings_not_crashes(tree):
+    assert all(finding.rule for finding in check_bundle_clusters(tree))

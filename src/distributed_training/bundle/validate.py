@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path as FilePath
 from typing import Iterable
 
+from ..compute.guards import check_bundle_clusters
 from ..findings import Finding
 from . import checks
 from .loader import IMPLICIT_TARGET, Bundle, NotABundle, load_bundle
@@ -95,18 +96,8 @@ def _target_findings(bundle: Bundle, name: str, validator) -> list[Finding]:
     findings += checks.job_cluster_key_findings(resolved)
     findings += checks.single_node_findings(resolved)
     findings += wheel_task_findings(resolved, bundle.root)
-    findings += _guard_findings(resolved)
+    findings += check_bundle_clusters(resolved)
     return _with_files(findings, tree)
-
-
-def _guard_findings(tree) -> list[Finding]:
-    from ..compute.guards import check_bundle_clusters
-
-    try:
-        return check_bundle_clusters(tree)
-    except (AttributeError, TypeError, ValueError) as error:  # a malformed tree: the schema/typed findings say why
-        return [Finding("guards-skipped", f"the compute guards could not read this target's clusters ({error})",
-                        "fix the errors reported for the job clusters, then validate again", severity="warning")]
 
 
 def _with_files(findings: list[Finding], tree) -> list[Finding]:

@@ -38,11 +38,16 @@ def _is_reference(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
 
 
+def _mapping(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def request_from_cluster(cluster: dict, engines: tuple[str, ...] = (), cloud: str | None = None) -> ClusterRequest:
-    """Read a `new_cluster` mapping (as in a bundle) back into a request. Unresolved `${...}` values stay as text."""
+    """Read a `new_cluster` mapping (as in a bundle) back into a request. Unresolved `${...}` values stay as text;
+    malformed parts (the schema's findings) are read as absent."""
     num_workers = cluster.get("num_workers", 0)
-    autoscale = cluster.get("autoscale") or {}
-    if isinstance(autoscale, dict) and "max_workers" in autoscale:
+    autoscale = _mapping(cluster.get("autoscale"))
+    if "max_workers" in autoscale:
         num_workers = autoscale["max_workers"]
     return ClusterRequest(
         node_type_id=str(cluster.get("node_type_id", "")),
@@ -52,8 +57,8 @@ def request_from_cluster(cluster: dict, engines: tuple[str, ...] = (), cloud: st
         cloud=cloud,
         data_security_mode=cluster.get("data_security_mode"),
         runtime_engine=cluster.get("runtime_engine"),
-        spark_conf={str(key): str(value) for key, value in (cluster.get("spark_conf") or {}).items()},
-        allow_unknown_node_type=str((cluster.get("custom_tags") or {}).get(OVERRIDE_TAG, "")).lower() == "true",
+        spark_conf={str(key): str(value) for key, value in _mapping(cluster.get("spark_conf")).items()},
+        allow_unknown_node_type=str(_mapping(cluster.get("custom_tags")).get(OVERRIDE_TAG, "")).lower() == "true",
     )
 
 
@@ -186,8 +191,12 @@ def _engine_rules(engine: str, request: ClusterRequest, node: NodeType | None, r
                       f'set spark.task.resource.gpu.amount: "{wanted}" in the cluster\'s spark_conf', path=at("spark_conf"))
 
 
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _task_engine(task: dict) -> str | None:
-    parameters = (task.get("python_wheel_task") or {}).get("parameters") or []
+    parameters = _list(_mapping(task.get("python_wheel_task")).get("parameters"))
     for flag, value in zip(parameters, parameters[1:]):
         if flag == "--engine":
             return str(value)
@@ -197,11 +206,10 @@ def _task_engine(task: dict) -> str | None:
 def check_bundle_clusters(tree: dict, catalog: Catalog | None = None) -> list[Finding]:
     """Findings for every job cluster of a merged bundle tree (one target), with `path` set inside the tree."""
     findings: list[Finding] = []
-    jobs = ((tree.get("resources") or {}).get("jobs")) or {}
-    for job_key, job in jobs.items():
+    for job_key, job in _mapping(_mapping(tree.get("resources")).get("jobs")).items():
         if not isinstance(job, dict):
             continue
-        tasks = [task for task in job.get("tasks") or [] if isinstance(task, dict)]
+        tasks = [task for task in _list(job.get("tasks")) if isinstance(task, dict)]
         engines_by_cluster: dict[str, list[str]] = {}
         for index, task in enumerate(tasks):
             engine = _task_engine(task)
@@ -210,7 +218,7 @@ def check_bundle_clusters(tree: dict, catalog: Catalog | None = None) -> list[Fi
             if isinstance(task.get("new_cluster"), dict):
                 request = request_from_cluster(task["new_cluster"], (engine,) if engine else ())
                 findings += check_cluster(request, f"resources.jobs.{job_key}.tasks[{index}].new_cluster", catalog)
-        for index, job_cluster in enumerate(job.get("job_clusters") or []):
+        for index, job_cluster in enumerate(_list(job.get("job_clusters"))):
             if not isinstance(job_cluster, dict) or not isinstance(job_cluster.get("new_cluster"), dict):
                 continue
             engines = tuple(dict.fromkeys(engines_by_cluster.get(job_cluster.get("job_cluster_key"), [])))
