@@ -14,6 +14,7 @@ import sys
 COMMANDS = {
     "validate": (".bundle.validate", "check a bundle: schema, typed resources, references and compute guards"),
     "train": (".engines.launch", "train with one engine, on the cluster or locally (--local)"),
+    "advise": (".compute.advise", "single node or several, which engine and node type, from model and data size"),
 }
 
 
