@@ -36,6 +36,7 @@ class BundleAnswers(Extension):
             job_cluster=answers.job_cluster,
             chosen_engines=answers.chosen_engines,
             gpus_per_node=clusters.gpus_per_node,
+            connect_version=clusters.databricks_connect_version,
             shared_source=str(SHARED_SOURCE),
         )
         environment.filters["to_yaml"] = _to_yaml

@@ -57,3 +57,11 @@ def new_cluster(engine: str, cloud: str, node_type_id: str, num_workers: int, sp
 def gpus_per_node(node_type_id: str, catalog: Catalog | None = None) -> int:
     node = (catalog or default_catalog()).find(node_type_id)
     return node.gpus if node else 0
+
+
+def databricks_connect_version(spark_version: str) -> str:
+    """The databricks-connect release line that matches a runtime: 17.3.x-gpu-ml-scala2.13 -> 17.3.*."""
+    runtime = parse_runtime(spark_version)
+    if runtime is None:
+        raise ValueError(f"spark_version {spark_version!r} is not a Databricks Runtime version")
+    return f"{runtime.major}.{runtime.minor}.*"
