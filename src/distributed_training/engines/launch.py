@@ -1,0 +1,158 @@
+"""`train --engine E`: the jobs' entry point on a cluster, and with `--local` a complete run on this machine.
+
+On a cluster the Spark session is the driver's own, a preflight checks the cluster against the request, and the
+outputs go to --output-dir (a Unity Catalog volume). With `--local` a local Spark session starts, and without
+--table a sample of the default table is written under the output folder first.
+
+Each engine is one module of this package named after it, with `check(settings)` (fail fast, before Spark starts)
+and `train(spark, settings) -> TrainingRun`. An engine whose module is absent is not offered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+import time
+from dataclasses import replace
+
+from ..compute.engines import ENGINES
+from .settings import (DEFAULT_LOCAL_OUTPUT_DIR, DEFAULT_LOCAL_PROCESSES, LaunchError, RunSettings, TrainingRun,
+                       settings_from_args)
+
+SAMPLE_TABLE_DIR = "sample_trips"
+WAREHOUSE_DIR = "spark-warehouse"
+
+
+def implemented_engines() -> list[str]:
+    """The engines that have a launcher module here (a generated project carries only the ones it chose)."""
+    return [name for name in ENGINES if importlib.util.find_spec(f"{__package__}.{name}") is not None]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..training.trips import DEFAULT_TABLE
+
+    parser.add_argument("--engine", required=True, choices=implemented_engines(), help="the training engine")
+    parser.add_argument("--local", action="store_true",
+                        help="train on CPU processes on a local Spark session; without --table, on a sample table "
+                             "it creates (same schema as the default table)")
+    parser.add_argument("--table", metavar="NAME_OR_PATH",
+                        help=f"table (catalog.schema.table) or parquet path to train on (default: {DEFAULT_TABLE}; "
+                             "with --local, the generated sample)")
+    parser.add_argument("--output-dir", metavar="DIR",
+                        help="where the staged data and metrics go; required on a cluster, where every node must "
+                             "read it: /Volumes/<catalog>/<schema>/<volume>/<run> "
+                             f"(default with --local: {DEFAULT_LOCAL_OUTPUT_DIR})")
+    parser.add_argument("--num-nodes", type=_at_least(1), default=1, metavar="N",
+                        help="nodes to train on (default 1: single node first)")
+    parser.add_argument("--gpus-per-node", type=_at_least(0), metavar="G",
+                        help="GPUs per node, one process each (default: the GPUs the driver sees)")
+    parser.add_argument("--processes", type=_at_least(1), metavar="N",
+                        help=f"CPU processes, when no GPU is used (default {DEFAULT_LOCAL_PROCESSES})")
+    parser.add_argument("--epochs", type=_at_least(1), default=8, help="passes over the training data (default 8)")
+    parser.add_argument("--batch-size", type=_at_least(1), default=64, help="rows per step per process (default 64)")
+    parser.add_argument("--learning-rate", type=_positive_float, default=3e-3, help="Adam's step size (default 3e-3)")
+    parser.add_argument("--seed", type=int, default=42, help="seeds the split, the shuffles and the weights")
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    spark = None
+    try:
+        settings = settings_from_args(args)
+        engine = importlib.import_module(f".{settings.engine}", __package__)
+        engine.check(settings)
+        spark = _local_session(settings) if settings.local else _cluster_session(settings)
+        if settings.local and settings.table is None:
+            settings = replace(settings, table=_write_sample_table(spark, settings))
+        result = engine.train(spark, settings)
+    except LaunchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if spark is not None and args.local:
+            spark.stop()
+    _report(settings, result, time.perf_counter() - started)
+    return 0
+
+
+def _local_session(settings: RunSettings):
+    from .local_spark import local_spark_session
+
+    processes = settings.processes or DEFAULT_LOCAL_PROCESSES
+    try:
+        return local_spark_session(cores=max(processes, 2),
+                                   warehouse_dir=os.path.join(settings.output_dir, WAREHOUSE_DIR))
+    except Exception as error:  # pyspark reports a missing Java or a port it cannot bind in many shapes
+        raise LaunchError(
+            f"could not start a local Spark session ({str(error).splitlines()[0]}): --local needs Java 17 or "
+            "newer on PATH or in JAVA_HOME, and SPARK_LOCAL_IP=127.0.0.1 where the host name does not resolve"
+        ) from None
+
+
+def _cluster_session(settings: RunSettings):
+    """The driver's session, after the preflight: the cluster against what the job asks for."""
+    from pyspark.sql import SparkSession
+
+    from ..compute.preflight import PreflightError, TrainingRequest, ensure_ready
+
+    spark = SparkSession.builder.getOrCreate()
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        print("preflight skipped: a Spark Connect session does not show the cluster's hardware to the client")
+        return spark
+    gpus_per_node = settings.gpus_per_node
+    if gpus_per_node is None:
+        import torch
+
+        gpus_per_node = torch.cuda.device_count()
+    try:
+        ensure_ready(spark, TrainingRequest(settings.engine, settings.num_nodes, gpus_per_node))
+    except PreflightError as error:
+        raise LaunchError(str(error)) from None
+    return spark
+
+
+def _write_sample_table(spark, settings: RunSettings) -> str:
+    from ..training.sample_data import write_sample_trips
+
+    path = os.path.join(settings.output_dir, SAMPLE_TABLE_DIR)
+    print(f"writing a sample trips table (the schema of the default table) to {path}")
+    return write_sample_trips(spark, path, seed=settings.seed)
+
+
+def _report(settings: RunSettings, result: TrainingRun, seconds: float) -> None:
+    metrics, final = result.metrics, result.metrics["final"]
+    print(
+        f"\nTrained with {settings.engine}: {result.description}, {len(metrics['epochs'])} epochs.\n"
+        f"  data     {settings.table}: {metrics['train_rows']} training rows, {metrics['test_rows']} held out\n"
+        f"  staged   {metrics['staged_data']} (train/ and test/ parquet, manifest.json)\n"
+        f"  metrics  {metrics['metrics_file']}\n"
+        f"  result   held-out RMSE {final['test_rmse']:.3f}, MAE {final['test_mae']:.3f} (fare_amount); "
+        f"predicting the mean: RMSE {final['baseline_rmse']:.3f}\n"
+        f"  time     {seconds:.1f} s"
+    )
+
+
+def _at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum, {minimum}")
+        return value
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be positive")
+    return value

@@ -1,0 +1,23 @@
+"""A local Spark session for `train --local`: this machine's cores, quiet, its warehouse under the run's folder."""
+
+from __future__ import annotations
+
+import os
+
+
+def local_spark_session(cores: int, warehouse_dir: str):
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run talks only to itself
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("distributed-training-local")
+        .config("spark.sql.shuffle.partitions", str(max(cores, 2)))
+        .config("spark.sql.warehouse.dir", warehouse_dir)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,81 @@
+"""What the `train` command was asked to do, checked once, in the terms every engine shares."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_LOCAL_OUTPUT_DIR = os.path.join("build", "local-run")
+DEFAULT_LOCAL_PROCESSES = 2
+
+
+class LaunchError(Exception):
+    """The run cannot start (or did not finish) as asked; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    engine: str
+    local: bool  # CPU processes on a local Spark session, instead of the cluster this driver runs on
+    table: str | None  # table name or parquet path; None: the default table (a generated sample with local)
+    output_dir: str  # absolute: the launcher, Spark and the worker processes may each have another working dir
+    num_nodes: int
+    gpus_per_node: int | None  # None: as many as the driver sees
+    processes: int | None  # CPU processes, when no GPU is used; None: the engine's default
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    seed: int
+
+
+def settings_from_args(args) -> RunSettings:
+    """The command line's options as RunSettings, or a LaunchError naming the conflict and the fix."""
+    if args.local:
+        if args.num_nodes > 1:
+            raise LaunchError(
+                f"--local runs on this machine, one node, but --num-nodes is {args.num_nodes}: drop --num-nodes, "
+                "or run without --local on a cluster with that many nodes"
+            )
+        if args.gpus_per_node:
+            raise LaunchError(
+                f"--local trains on CPU processes, but --gpus-per-node is {args.gpus_per_node}: drop "
+                "--gpus-per-node (use --processes N for the number of CPU processes), or run without --local on "
+                "a GPU cluster"
+            )
+    elif not args.output_dir:
+        raise LaunchError(
+            "--output-dir is required on a cluster: give a folder every node can read, a Unity Catalog volume "
+            "path such as /Volumes/<catalog>/<schema>/<volume>/<run> (or use --local to train on this machine)"
+        )
+    if args.processes and args.gpus_per_node:
+        raise LaunchError(
+            f"--processes {args.processes} and --gpus-per-node {args.gpus_per_node} both set the number of "
+            "processes: with GPUs there is one process per GPU (gpus per node x nodes), so drop --processes"
+        )
+    output_dir = args.output_dir or DEFAULT_LOCAL_OUTPUT_DIR
+    if "://" in output_dir or output_dir.startswith("dbfs:"):
+        raise LaunchError(
+            f"--output-dir {output_dir} is a URI, but the training processes read the staged data as files: give "
+            "a path, e.g. /Volumes/<catalog>/<schema>/<volume>/<run> on a cluster or a local folder with --local"
+        )
+    return RunSettings(
+        engine=args.engine,
+        local=args.local,
+        table=args.table,
+        output_dir=os.path.abspath(output_dir),
+        num_nodes=args.num_nodes,
+        gpus_per_node=0 if args.local else args.gpus_per_node,
+        processes=args.processes,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+    )
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """What an engine did (one line for people) and the metrics rank 0 returned."""
+
+    description: str
+    metrics: dict

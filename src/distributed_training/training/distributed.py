@@ -1,0 +1,75 @@
+"""Where this process sits in a distributed run, read from the environment every launcher sets.
+
+torchrun, TorchDistributor, DeepSpeed and Ray Train all export RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+MASTER_PORT; a process started on its own is rank 0 of a world of one and needs no process group.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Process:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def start(use_gpu: bool) -> Process:
+    """Join the process group (when there is more than one process) and pick this process's device."""
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if use_gpu:
+        if local_rank >= torch.cuda.device_count():
+            raise RuntimeError(
+                f"rank {rank} (local rank {local_rank}) needs a GPU, but this process sees "
+                f"{torch.cuda.device_count()} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}): "
+                "start one process per visible GPU, or train on CPU"
+            )
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        # Processes on one machine share its cores; more threads than that only make them wait for each other.
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world_size))
+    if world_size > 1:
+        dist.init_process_group(backend="nccl" if use_gpu else "gloo", init_method="env://")
+    return Process(rank, world_size, local_rank, device)
+
+
+def stop(process: Process) -> None:
+    if process.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def sum_over_ranks(process: Process, *values: float) -> list[float]:
+    """Each value summed over all ranks (the values themselves on a single process)."""
+    return _reduce(process, values, dist.ReduceOp.SUM)
+
+
+def min_over_ranks(process: Process, value: int) -> int:
+    return int(_reduce(process, (value,), dist.ReduceOp.MIN)[0])
+
+
+def _reduce(process: Process, values, op) -> list[float]:
+    if not process.distributed:
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.float64, device=process.device)
+    dist.all_reduce(tensor, op=op)
+    return tensor.tolist()

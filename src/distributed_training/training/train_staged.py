@@ -1,0 +1,45 @@
+"""Run the training loop on already-staged data, without Spark: for plain torchrun, benchmarks and GPU checks.
+
+    torchrun --nproc-per-node 2 -m distributed_training.training.train_staged --staging-dir DIR --output-dir OUT
+
+The staging folder is one that `train` wrote (OUTPUT_DIR/staging: train/, test/, manifest.json) for the same number
+of processes or fewer. torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT; the loop joins from those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--staging-dir", required=True, help="a folder staged by `train` (holds manifest.json)")
+    parser.add_argument("--output-dir", required=True, help="rank 0 writes metrics.json here")
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--learning-rate", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--gpu", action="store_true", help="one GPU per process (cuda:LOCAL_RANK) and NCCL")
+    args = parser.parse_args(argv)
+
+    from .config import TrainingConfig
+    from .loop import train
+    from .staged import StagedData
+
+    try:
+        config = TrainingConfig(
+            data=StagedData.load(args.staging_dir), output_dir=args.output_dir, epochs=args.epochs,
+            batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed, use_gpu=args.gpu,
+        )
+    except (FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    metrics = train(config)
+    if metrics is not None:
+        print(f"metrics written to {metrics['metrics_file']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
