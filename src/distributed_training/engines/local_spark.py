@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 
 
 def local_spark_session(cores: int, warehouse_dir: str):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run talks only to itself
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this interpreter's packages
     spark = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName("distributed-training-local")

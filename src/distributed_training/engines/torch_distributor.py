@@ -12,12 +12,15 @@ module-level `training.loop.train` with a plain `TrainingConfig`.
 
 from __future__ import annotations
 
-import re
+import os
 from dataclasses import dataclass
 
 from ..training.config import TrainingConfig
+from . import failures
 from .prepare import stage_and_configure
 from .settings import DEFAULT_LOCAL_PROCESSES, LaunchError, RunSettings, TrainingRun
+
+FAILURES_DIR = "failures"  # under the output folder, which every rank reaches
 
 
 @dataclass(frozen=True)
@@ -61,25 +64,20 @@ def distribute(config: TrainingConfig, where: Placement) -> dict:
 
     from ..training.loop import train as train_on_every_rank
 
+    failures_dir = os.path.join(config.output_dir, FAILURES_DIR)
+    failures.clear(failures_dir)
     distributor = TorchDistributor(num_processes=where.num_processes, local_mode=where.local_mode,
                                    use_gpu=where.use_gpu)
     try:
-        metrics = distributor.run(train_on_every_rank, config)
-    except RuntimeError as error:
+        metrics = distributor.run(failures.run_recording_failure, train_on_every_rank, failures_dir, config)
+    except Exception as error:  # TorchDistributor raises RuntimeError, a barrier stage a Py4J or Spark error
+        reason = failures.first_failure(failures_dir) or str(error).strip().splitlines()[0]
         raise LaunchError(
-            f"training failed in the worker processes ({where.describe()}): {_last_error_line(str(error))}. "
-            "Their output is above; fix the cause and run again"
+            f"training failed in the worker processes ({where.describe()}): {reason}. Their output is above"
         ) from None
     if metrics is None:
         raise LaunchError("training finished but rank 0 returned no metrics: its output is above")
     return metrics
-
-
-def _last_error_line(message: str) -> str:
-    """The exception line of a worker's traceback (e.g. 'ValueError: ...'), else TorchDistributor's first line."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    raised = [line for line in lines if re.match(r"^[A-Za-z_.]*(Error|Exception)\b.*:", line)]
-    return raised[-1] if raised else lines[0] if lines else "no output"
 
 
 def _driver_gpus() -> int:

@@ -1,0 +1,38 @@
+"""`train`'s options: what cannot work is refused before any Spark or process starts, with the fix."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from distributed_training.cli import main
+from distributed_training.engines.launch import implemented_engines
+
+TRAIN = ["train", "--engine", "torch_distributor"]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--local", "--num-nodes", "2"], "--local runs on this machine, one node, but --num-nodes is 2"),
+    (["--local", "--gpus-per-node", "4"], "--local trains on CPU processes, but --gpus-per-node is 4"),
+    ([], "--output-dir is required on a cluster"),
+    (["--output-dir", "dbfs:/tmp/run"], "is a URI, but the training processes read the staged data as files"),
+    (["--output-dir", "/Volumes/c/s/v/run", "--processes", "2", "--gpus-per-node", "4"],
+     "with GPUs there is one process per GPU"),
+])
+def test_settings_that_cannot_work_fail_with_one_clear_paragraph(options, message, capsys):
+    assert main([*TRAIN, *options]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and message in error and error.count("\n") == 1
+
+
+def test_bad_numbers_are_usage_errors(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([*TRAIN, "--local", "--epochs", "0"])
+    assert exit_.value.code == 2 and "0 is below the minimum, 1" in capsys.readouterr().err
+
+
+def test_only_engines_with_a_launcher_module_are_offered():
+    engines = implemented_engines()
+    assert "torch_distributor" in engines
+    assert all(importlib.util.find_spec(f"distributed_training.engines.{name}") for name in engines)
