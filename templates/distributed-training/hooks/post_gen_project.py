@@ -1,4 +1,5 @@
-"""Carry the shared modules in under the project's package name, and drop the files of engines not chosen."""
+"""Carry the shared modules in under the project's package name, and drop the files of engines not chosen
+(the `train` command offers the engines whose launcher module is present)."""
 
 import shutil
 from pathlib import Path
@@ -17,5 +18,5 @@ ENGINE_FILES = {
 shutil.copytree(SHARED_PACKAGE, PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 for engine, files in ENGINE_FILES.items():
     if engine not in CHOSEN:
-        for name in files:
+        for name in [*files, f"{PACKAGE}/engines/{engine}.py"]:
             Path(name).unlink(missing_ok=True)
