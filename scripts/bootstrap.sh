@@ -13,5 +13,6 @@ fi
 # torch first, pinned: a CPU build is enough here, and an unpinned torch would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install --quiet torch==2.13.0
 .venv/bin/python -m pip install --quiet -e ".[dev]"
+.venv/bin/python -m pip install --quiet --no-build-isolation deepspeed==0.19.8
 rm -f .venv/.installed-*
 touch "$stamp"
