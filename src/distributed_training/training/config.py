@@ -17,6 +17,7 @@ class TrainingConfig:
     seed: int = 42
     hidden_sizes: tuple[int, ...] = (64, 64)
     use_gpu: bool = False  # one GPU per process (cuda:LOCAL_RANK) and NCCL; otherwise CPU and gloo
+    bf16: bool = False  # forward and loss under bfloat16 autocast (weights and optimizer stay float32)
 
     def __post_init__(self):
         for name in ("epochs", "batch_size"):

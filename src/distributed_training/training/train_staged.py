@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--gpu", action="store_true", help="one GPU per process (cuda:LOCAL_RANK) and NCCL")
+    parser.add_argument("--hidden-sizes", type=_sizes, default=(64, 64), metavar="W,W,...",
+                        help="widths of the model's hidden layers (default 64,64)")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass and the loss")
     args = parser.parse_args(argv)
 
     from .config import TrainingConfig
@@ -31,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         config = TrainingConfig(
             data=StagedData.load(args.staging_dir), output_dir=args.output_dir, epochs=args.epochs,
             batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed, use_gpu=args.gpu,
+            hidden_sizes=args.hidden_sizes, bf16=args.bf16,
         )
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -39,6 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     if metrics is not None:
         print(f"metrics written to {metrics['metrics_file']}")
     return 0
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every width must be at least 1")
+    return sizes
 
 
 if __name__ == "__main__":
