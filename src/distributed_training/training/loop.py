@@ -53,12 +53,7 @@ def _train(config: TrainingConfig, process: distributed.Process) -> dict | None:
     test_features, test_labels = _load_split(data, data.test_dir, process, require_rows=False)
     normalised_train_labels = (train_labels - data.label_stats.mean) / data.label_stats.std
 
-    dataset = TensorDataset(train_features, normalised_train_labels)
-    # The sampler yields whole batches of indices, so each batch is one tensor gather instead of batch_size
-    # single-row reads and a collate: the same shuffled batches as shuffle=True, several times faster.
-    loader = DataLoader(dataset, batch_size=None, sampler=BatchSampler(
-        RandomSampler(dataset, generator=torch.Generator().manual_seed(config.seed + process.rank)),
-        batch_size=config.batch_size, drop_last=False))
+    loader = shuffled_batches(train_features, normalised_train_labels, config.batch_size, config.seed + process.rank)
     model = FareRegressor(len(data.feature_columns), config.hidden_sizes).to(process.device)
     trained = DistributedDataParallel(model, device_ids=[process.local_rank] if config.use_gpu else None) \
         if process.distributed else model
@@ -106,6 +101,17 @@ def _train(config: TrainingConfig, process: distributed.Process) -> dict | None:
     }
     _write_json(metrics["metrics_file"], metrics)
     return metrics
+
+
+def shuffled_batches(features: torch.Tensor, labels: torch.Tensor, batch_size: int, seed: int) -> DataLoader:
+    """(features, labels) batches in a new seeded order every epoch, the last one possibly short.
+
+    The sampler yields whole batches of indices, so each batch is one tensor gather instead of batch_size
+    single-row reads and a collate: the same batches as `DataLoader(..., shuffle=True)`, several times faster.
+    """
+    dataset = TensorDataset(features, labels)
+    order = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+    return DataLoader(dataset, batch_size=None, sampler=BatchSampler(order, batch_size, drop_last=False))
 
 
 def steady_throughput(history: list[dict]) -> float:
