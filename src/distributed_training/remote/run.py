@@ -1,0 +1,203 @@
+"""`run JOB_KEY [--target T]`: run a job the bundle deployed, follow it to its end, exit with its result.
+
+Exit codes: 0 the run succeeded (result SUCCESS); 1 it ended otherwise (failed, timed out, cancelled, skipped,
+succeeded with failures); 2 it could not be started or followed (no bundle here, unknown target, job not found,
+authentication or API error); 124 the --timeout wait ended while the run goes on; 130 interrupted with Ctrl-C
+(the run cancelled, or left running when you said so).
+
+Authentication is the Databricks SDK's own: a profile (--profile, else the target's workspace.profile, else
+DEFAULT in ~/.databrickscfg), DATABRICKS_* environment variables, OAuth. No token is read from or written to any
+file of the bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+
+EXIT_SUCCEEDED = 0
+EXIT_RUN_FAILED = 1
+EXIT_ERROR = 2
+EXIT_STILL_RUNNING = 124
+EXIT_INTERRUPTED = 130
+# How long the SDK itself retries one call (429, 503, dropped connections) unless the profile sets
+# retry_timeout_seconds: its default, 300 s, would hold a poll (and --timeout) for five minutes; `Patience`
+# takes over after this.
+SDK_RETRY_SECONDS = 60
+
+
+class CannotAuthenticate(RuntimeError):
+    """The SDK found no usable credentials."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_key", metavar="JOB_KEY", help="the job's key under resources.jobs, e.g. train_ray")
+    parser.add_argument("--target", "-t", metavar="T", help="the bundle target it was deployed to (default: the "
+                        "bundle's default target)")
+    parser.add_argument("--bundle-dir", default=".", metavar="DIR",
+                        help="the folder that holds databricks.yml (default: the current folder)")
+    parser.add_argument("--profile", "-p", help="a profile of ~/.databrickscfg (default: the target's "
+                        "workspace.profile, else the SDK's default authentication)")
+    parser.add_argument("--param", action="append", type=_parameter, default=[], metavar="KEY=VALUE",
+                        help="a job parameter for this run (repeatable), e.g. --param epochs=3")
+    parser.add_argument("--no-wait", action="store_true", help="start the run, print its page, and return")
+    parser.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
+                        help=f"stop waiting after this long (the run goes on; exit code {EXIT_STILL_RUNNING})")
+    parser.add_argument("--poll-interval", type=_positive_seconds, default=5.0, metavar="SECONDS",
+                        help="seconds between two reads of the run's state (default 5)")
+    parser.add_argument("--api-patience", type=_positive_seconds, default=600.0, metavar="SECONDS",
+                        help="how long to keep retrying while the workspace answers only with transient errors "
+                             "(5xx, 429) before giving up (default 600)")
+
+
+def _parameter(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. --param epochs=3)")
+    return key.strip(), value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return seconds
+
+
+def run(args: argparse.Namespace) -> int:
+    from databricks.sdk.errors import DatabricksError
+
+    from ..bundle.loader import NotABundle
+    from .deployment import DeploymentError, find_deployed_job, read_bundle_target
+    from .patience import Patience, WorkspaceUnavailable
+    from .progress import ProgressLine
+
+    out = sys.stdout
+    progress = ProgressLine(out, interactive=out.isatty())
+
+    def note(message: str) -> None:
+        progress.end_line()
+        out.write(f"note: {message}\n")
+        out.flush()
+
+    patience = Patience(interval=args.poll_interval, give_up_after=args.api_patience, note=note)
+    try:
+        bundle = read_bundle_target(args.bundle_dir, args.target)
+        workspace = _workspace_client(args.profile or bundle.profile)
+        job = find_deployed_job(workspace.jobs, bundle, args.job_key, patience,
+                                lambda: _current_user(workspace, patience), note)
+        run_id = _start(workspace.jobs, job, dict(args.param), patience)
+    except (NotABundle, DeploymentError, CannotAuthenticate, WorkspaceUnavailable, DatabricksError) as error:
+        return _fail(error)
+    except KeyboardInterrupt:
+        print("\ninterrupted before the run was confirmed started: check the job's runs in the workspace",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    out.write(f"started run {run_id} of job {job.name!r} (id {job.job_id}, from {job.found_in}), "
+              f"target {bundle.target}\n")
+    try:
+        if args.no_wait:
+            return _show_run_page(workspace.jobs, run_id, patience)
+        return _follow_to_the_end(workspace.jobs, run_id, args, patience, progress)
+    except (WorkspaceUnavailable, DatabricksError) as error:
+        progress.end_line()
+        return _fail(error, f"run {run_id} may still be going: see its page in the workspace's Jobs & Pipelines")
+
+
+def _workspace_client(profile: str | None):
+    from databricks.sdk import WorkspaceClient
+    from databricks.sdk.config import Config
+
+    try:
+        config = Config(profile=profile)
+    except ValueError as error:
+        raise CannotAuthenticate(f"cannot authenticate to the workspace: {error}\nfix: `databricks auth login "
+                                 "--host https://<workspace>` (then --profile NAME), or set DATABRICKS_HOST and "
+                                 "DATABRICKS_TOKEN") from error
+    if config.retry_timeout_seconds is None:
+        config.retry_timeout_seconds = SDK_RETRY_SECONDS
+    return WorkspaceClient(config=config)
+
+
+def _current_user(workspace, patience) -> str | None:
+    from databricks.sdk.errors import DatabricksError
+
+    try:
+        return patience.call("reading the current user", workspace.current_user.me).user_name
+    except DatabricksError:
+        return None
+
+
+def _start(jobs, job, parameters: dict[str, str], patience) -> int:
+    # The token makes run-now safe to send again after a transient error: the service starts one run per token.
+    token = str(uuid.uuid4())
+    started = patience.call(f"starting job {job.job_id}", jobs.run_now, job.job_id,
+                            job_parameters=parameters or None, idempotency_token=token)
+    return started.run_id
+
+
+def _show_run_page(jobs, run_id: int, patience) -> int:
+    run = patience.call(f"reading run {run_id}", jobs.get_run, run_id)
+    sys.stdout.write(f"run page: {run.run_page_url}\n(not waiting: follow it there, or cancel it with "
+                     f"`databricks jobs cancel-run {run_id}`)\n")
+    return EXIT_SUCCEEDED
+
+
+def _follow_to_the_end(jobs, run_id: int, args, patience, progress) -> int:
+    from .follow import RunFollower
+    from .report import report_finished
+    from .run_state import phase
+
+    out = sys.stdout
+    follower = RunFollower(jobs, run_id, patience=patience, progress=progress, poll_interval=args.poll_interval,
+                           timeout=args.timeout)
+    while True:
+        try:
+            followed = follower.follow()
+            break
+        except KeyboardInterrupt:
+            progress.end_line()
+            decision = _ask_to_cancel(run_id)
+            if decision is None:
+                out.write(f"\nleft run {run_id} running: {follower.url or 'see the job page'}\n")
+                return EXIT_INTERRUPTED
+            if decision:
+                patience.call(f"cancelling run {run_id}", jobs.cancel_run, run_id)
+                out.write(f"cancel requested for run {run_id}; it ends as CANCELED: {follower.url or ''}\n")
+                return EXIT_INTERRUPTED
+            out.write("following the run again\n")
+    if not followed.finished:
+        state = phase(followed.run).word if followed.run else "not read yet"
+        out.write(f"gave up waiting after {args.timeout:g} s (--timeout): run {run_id} is still going ({state}) in "
+                  f"the workspace: {follower.url or 'see the job page'}\n"
+                  f"cancel it with `databricks jobs cancel-run {run_id}`\n")
+        return EXIT_STILL_RUNNING
+    report_finished(followed.run, follower.elapsed, jobs, patience, out)
+    return EXIT_SUCCEEDED if phase(followed.run).succeeded else EXIT_RUN_FAILED
+
+
+def _ask_to_cancel(run_id: int) -> bool | None:
+    """True: cancel the run; False: keep following; None: stop following and leave the run going.
+
+    Without a terminal to ask on (a CI job, a pipe), an interrupt cancels: nobody is left to watch the run.
+    """
+    if not sys.stdin.isatty():
+        sys.stdout.write(f"interrupted, with no terminal to ask on: cancelling run {run_id}\n")
+        return True
+    try:
+        answer = input(f"cancel run {run_id}? [y/N] (Ctrl-C again: stop following and leave it running) ")
+    except (KeyboardInterrupt, EOFError):
+        return None
+    return answer.strip().lower() in {"y", "yes"}
+
+
+def _fail(error: BaseException, after: str | None = None) -> int:
+    sys.stdout.flush()
+    print(f"error: {error}", file=sys.stderr)
+    if after:
+        print(after, file=sys.stderr)
+    return EXIT_ERROR
