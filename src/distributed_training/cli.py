@@ -15,6 +15,7 @@ COMMANDS = {
     "validate": (".bundle.validate", "check a bundle: schema, typed resources, references and compute guards"),
     "train": (".engines.launch", "train with one engine, on the cluster or locally (--local)"),
     "advise": (".compute.advise", "single node or several, which engine and node type, from model and data size"),
+    "run": (".remote.run", "run a deployed job and follow it to the end"),
 }
 
 
