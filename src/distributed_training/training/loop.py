@@ -17,7 +17,6 @@ import time
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 from . import distributed
 from .config import TrainingConfig
@@ -53,7 +52,7 @@ def _train(config: TrainingConfig, process: distributed.Process) -> dict | None:
     test_features, test_labels = _load_split(data, data.test_dir, process, require_rows=False)
     normalised_train_labels = (train_labels - data.label_stats.mean) / data.label_stats.std
 
-    loader = shuffled_batches(train_features, normalised_train_labels, config.batch_size, config.seed + process.rank)
+    loader = ShuffledBatches(train_features, normalised_train_labels, config.batch_size, config.seed + process.rank)
     model = FareRegressor(len(data.feature_columns), config.hidden_sizes).to(process.device)
     trained = DistributedDataParallel(model, device_ids=[process.local_rank] if config.use_gpu else None) \
         if process.distributed else model
@@ -103,15 +102,26 @@ def _train(config: TrainingConfig, process: distributed.Process) -> dict | None:
     return metrics
 
 
-def shuffled_batches(features: torch.Tensor, labels: torch.Tensor, batch_size: int, seed: int) -> DataLoader:
+class ShuffledBatches:
     """(features, labels) batches in a new seeded order every epoch, the last one possibly short.
 
-    The sampler yields whole batches of indices, so each batch is one tensor gather instead of batch_size
-    single-row reads and a collate: the same batches as `DataLoader(..., shuffle=True)`, several times faster.
+    One random permutation per epoch, sliced into batches, each a single tensor gather. A
+    `DataLoader(TensorDataset(...), shuffle=True)` shuffles the same way but reads and collates row by row, which
+    made it several times slower than the training steps it fed (see benchmarks/data_path.py).
     """
-    dataset = TensorDataset(features, labels)
-    order = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
-    return DataLoader(dataset, batch_size=None, sampler=BatchSampler(order, batch_size, drop_last=False))
+
+    def __init__(self, features: torch.Tensor, labels: torch.Tensor, batch_size: int, seed: int):
+        self.features, self.labels, self.batch_size = features, labels, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.labels) / self.batch_size)
+
+    def __iter__(self):
+        order = torch.randperm(len(self.labels), generator=self.generator)
+        for start in range(0, len(order), self.batch_size):
+            chosen = order[start:start + self.batch_size]
+            yield self.features[chosen], self.labels[chosen]
 
 
 def steady_throughput(history: list[dict]) -> float:

@@ -96,4 +96,7 @@ def read_shard(directory: str, columns: list[str], rank: int, world_size: int, r
     if not mine:
         return np.zeros((0, len(columns)), dtype=np.float32)
     table = pa.concat_tables(pq.read_table(path, columns=columns) for path in mine)
-    return np.column_stack([table.column(name).to_numpy().astype(np.float32) for name in columns])
+    rows = np.empty((table.num_rows, len(columns)), dtype=np.float32)
+    for index, name in enumerate(columns):  # one copy per column, straight into place (staged columns are float32)
+        rows[:, index] = table.column(name).to_numpy()
+    return rows
