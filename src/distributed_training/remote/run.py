@@ -69,7 +69,12 @@ def _positive_seconds(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from databricks.sdk.errors import DatabricksError
+    try:
+        from databricks.sdk.errors import DatabricksError
+    except ImportError:
+        print("error: `run` talks to the workspace through the Databricks SDK, which is not installed here\n"
+              "fix: pip install 'databricks-sdk>=0.60'", file=sys.stderr)
+        return EXIT_ERROR
 
     from ..bundle.loader import NotABundle
     from .deployment import DeploymentError, find_deployed_job, read_bundle_target
