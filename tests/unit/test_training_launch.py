@@ -19,6 +19,8 @@ TRAIN = ["train", "--engine", "torch_distributor"]
     (["--output-dir", "dbfs:/tmp/run"], "is a URI, but the training processes read the staged data as files"),
     (["--output-dir", "/Volumes/c/s/v/run", "--processes", "2", "--gpus-per-node", "4"],
      "with GPUs there is one process per GPU"),
+    (["--output-dir", "/tmp/run", "--num-nodes", "2", "--gpus-per-node", "4"],
+     "--output-dir /tmp/run is not shared between nodes"),
 ])
 def test_settings_that_cannot_work_fail_with_one_clear_paragraph(options, message, capsys):
     assert main([*TRAIN, *options]) == 1
@@ -36,3 +38,11 @@ def test_only_engines_with_a_launcher_module_are_offered():
     engines = implemented_engines()
     assert "torch_distributor" in engines
     assert all(importlib.util.find_spec(f"distributed_training.engines.{name}") for name in engines)
+
+
+def test_on_a_cluster_the_preflight_refuses_gpus_the_driver_does_not_see(spark, tmp_path, capsys):
+    """Without --local the session is the active one (here the local test session, which has no GPU)."""
+    assert main([*TRAIN, "--output-dir", str(tmp_path), "--gpus-per-node", "1"]) == 1
+    error = capsys.readouterr().err
+    assert "preflight-gpus-missing" in error and "the driver sees 0 GPU(s)" in error and "fix: " in error
+    assert not (tmp_path / "staging").exists()

@@ -4,8 +4,8 @@ On a cluster the Spark session is the driver's own, a preflight checks the clust
 outputs go to --output-dir (a Unity Catalog volume). With `--local` a local Spark session starts, and without
 --table a sample of the default table is written under the output folder first.
 
-Each engine is one module of this package named after it, with `check(settings)` (fail fast, before Spark starts)
-and `train(spark, settings) -> TrainingRun`. An engine whose module is absent is not offered.
+Each engine is one module of this package named after it, with `train(spark, settings) -> TrainingRun`; an engine
+whose module is absent is not offered.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus-per-node", type=_at_least(0), metavar="G",
                         help="GPUs per node, one process each (default: the GPUs the driver sees)")
     parser.add_argument("--processes", type=_at_least(1), metavar="N",
-                        help=f"CPU processes, when no GPU is used (default {DEFAULT_LOCAL_PROCESSES})")
+                        help="CPU processes instead of GPUs: with --local, or on a cluster without --gpus-per-node "
+                             f"(default {DEFAULT_LOCAL_PROCESSES})")
     parser.add_argument("--epochs", type=_at_least(1), default=8, help="passes over the training data (default 8)")
     parser.add_argument("--batch-size", type=_at_least(1), default=64, help="rows per step per process (default 64)")
     parser.add_argument("--learning-rate", type=_positive_float, default=3e-3, help="Adam's step size (default 3e-3)")
@@ -63,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
         engine = importlib.import_module(f".{settings.engine}", __package__)
-        engine.check(settings)
         spark = _local_session(settings) if settings.local else _cluster_session(settings)
         if settings.local and settings.table is None:
             settings = replace(settings, table=_write_sample_table(spark, settings))
@@ -102,13 +102,8 @@ def _cluster_session(settings: RunSettings):
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         print("preflight skipped: a Spark Connect session does not show the cluster's hardware to the client")
         return spark
-    gpus_per_node = settings.gpus_per_node
-    if gpus_per_node is None:
-        import torch
-
-        gpus_per_node = torch.cuda.device_count()
     try:
-        ensure_ready(spark, TrainingRequest(settings.engine, settings.num_nodes, gpus_per_node))
+        ensure_ready(spark, TrainingRequest(settings.engine, settings.num_nodes, settings.gpus_per_node))
     except PreflightError as error:
         raise LaunchError(str(error)) from None
     return spark

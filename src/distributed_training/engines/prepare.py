@@ -6,7 +6,6 @@ import os
 
 from ..training.config import TrainingConfig
 from ..training.staging import stage_training_data
-from ..training.trips import DEFAULT_TABLE
 from .settings import LaunchError, RunSettings
 
 STAGING_DIR = "staging"
@@ -14,9 +13,8 @@ STAGING_DIR = "staging"
 
 def stage_and_configure(spark, settings: RunSettings, world_size: int, use_gpu: bool) -> TrainingConfig:
     """Stage the training table under output_dir/staging for `world_size` ranks; the config every rank gets."""
-    source = settings.table or DEFAULT_TABLE
     try:
-        staged = stage_training_data(spark, source, os.path.join(settings.output_dir, STAGING_DIR),
+        staged = stage_training_data(spark, settings.table, os.path.join(settings.output_dir, STAGING_DIR),
                                      world_size=world_size, seed=settings.seed)
     except ValueError as error:  # the table is unreadable, lacks columns or is too small: the message says which
         raise LaunchError(str(error)) from None

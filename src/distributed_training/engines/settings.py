@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..training.trips import DEFAULT_TABLE
+
 DEFAULT_LOCAL_OUTPUT_DIR = os.path.join("build", "local-run")
 DEFAULT_LOCAL_PROCESSES = 2
+SHARED_FOLDERS = ("/Volumes/", "/dbfs/")  # what every node of a Databricks cluster sees as the same files
 
 
 class LaunchError(Exception):
@@ -17,11 +20,11 @@ class LaunchError(Exception):
 class RunSettings:
     engine: str
     local: bool  # CPU processes on a local Spark session, instead of the cluster this driver runs on
-    table: str | None  # table name or parquet path; None: the default table (a generated sample with local)
+    table: str | None  # table name or parquet path; None with local: a generated sample (the launcher writes it)
     output_dir: str  # absolute: the launcher, Spark and the worker processes may each have another working dir
     num_nodes: int
-    gpus_per_node: int | None  # None: as many as the driver sees
-    processes: int | None  # CPU processes, when no GPU is used; None: the engine's default
+    gpus_per_node: int  # 0: CPU processes instead
+    processes: int | None  # CPU processes, when gpus_per_node is 0; None: the engine's default
     epochs: int
     batch_size: int
     learning_rate: float
@@ -58,19 +61,35 @@ def settings_from_args(args) -> RunSettings:
             f"--output-dir {output_dir} is a URI, but the training processes read the staged data as files: give "
             "a path, e.g. /Volumes/<catalog>/<schema>/<volume>/<run> on a cluster or a local folder with --local"
         )
+    if args.num_nodes > 1 and not output_dir.startswith(SHARED_FOLDERS):
+        raise LaunchError(
+            f"--output-dir {output_dir} is not shared between nodes, but the ranks on all {args.num_nodes} nodes "
+            "read the staged data from it: give a Unity Catalog volume path, /Volumes/<catalog>/<schema>/<volume>/<run>"
+        )
     return RunSettings(
         engine=args.engine,
         local=args.local,
-        table=args.table,
+        table=args.table or (None if args.local else DEFAULT_TABLE),
         output_dir=os.path.abspath(output_dir),
         num_nodes=args.num_nodes,
-        gpus_per_node=0 if args.local else args.gpus_per_node,
+        gpus_per_node=_gpus_per_node(args),
         processes=args.processes,
         epochs=args.epochs,
         batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         seed=args.seed,
     )
+
+
+def _gpus_per_node(args) -> int:
+    """None given: CPU when asked for CPU processes or running locally, else as many GPUs as the driver sees."""
+    if args.gpus_per_node is not None:
+        return args.gpus_per_node
+    if args.local or args.processes:
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
 
 
 @dataclass(frozen=True)

@@ -36,19 +36,13 @@ class Placement:
 
 
 def placement(settings: RunSettings) -> Placement:
-    """How many processes, where, and on what, for these settings (a LaunchError when that cannot work)."""
+    """How many processes, where, and on what, for these settings."""
     if settings.local:
         return Placement(settings.processes or DEFAULT_LOCAL_PROCESSES, local_mode=True, use_gpu=False)
-    gpus_per_node = settings.gpus_per_node if settings.gpus_per_node is not None else _driver_gpus()
     single_node = settings.num_nodes == 1
-    if gpus_per_node == 0:
+    if settings.gpus_per_node == 0:
         return Placement(settings.processes or DEFAULT_LOCAL_PROCESSES, local_mode=single_node, use_gpu=False)
-    return Placement(gpus_per_node * settings.num_nodes, local_mode=single_node, use_gpu=True)
-
-
-def check(settings: RunSettings) -> None:
-    """Fail before Spark starts when the settings cannot be placed."""
-    placement(settings)
+    return Placement(settings.gpus_per_node * settings.num_nodes, local_mode=single_node, use_gpu=True)
 
 
 def train(spark, settings: RunSettings) -> TrainingRun:
@@ -59,7 +53,7 @@ def train(spark, settings: RunSettings) -> TrainingRun:
 
 
 def distribute(config: TrainingConfig, where: Placement) -> dict:
-    """Run `training.loop.train(config)` on every process; rank 0's metrics come back."""
+    """Run `training.loop.train(config)` on every process; the run's metrics come back."""
     from pyspark.ml.torch.distributor import TorchDistributor
 
     from ..training.loop import train as train_on_every_rank
@@ -75,12 +69,4 @@ def distribute(config: TrainingConfig, where: Placement) -> dict:
         raise LaunchError(
             f"training failed in the worker processes ({where.describe()}): {reason}. Their output is above"
         ) from None
-    if metrics is None:
-        raise LaunchError("training finished but rank 0 returned no metrics: its output is above")
     return metrics
-
-
-def _driver_gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count()

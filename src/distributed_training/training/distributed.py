@@ -1,7 +1,8 @@
 """Where this process sits in a distributed run, read from the environment every launcher sets.
 
 torchrun, TorchDistributor, DeepSpeed and Ray Train all export RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-MASTER_PORT; a process started on its own is rank 0 of a world of one and needs no process group.
+MASTER_PORT; a process started on its own is rank 0 of a world of one and needs no process group. Ray Train starts
+the process group itself before the loop runs: the loop then uses that group and leaves ending it to Ray.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class Process:
     world_size: int
     local_rank: int
     device: torch.device
+    owns_group: bool = False  # this process started the process group, so it ends it
 
     @property
     def is_main(self) -> bool:
@@ -48,13 +50,14 @@ def start(use_gpu: bool) -> Process:
         # Processes on one machine share its cores; more threads than that only make them wait for each other.
         local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world_size))
-    if world_size > 1:
+    starts_group = world_size > 1 and not dist.is_initialized()
+    if starts_group:
         dist.init_process_group(backend="nccl" if use_gpu else "gloo", init_method="env://")
-    return Process(rank, world_size, local_rank, device)
+    return Process(rank, world_size, local_rank, device, owns_group=starts_group)
 
 
 def stop(process: Process) -> None:
-    if process.distributed and dist.is_initialized():
+    if process.owns_group and dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -65,6 +68,10 @@ def sum_over_ranks(process: Process, *values: float) -> list[float]:
 
 def min_over_ranks(process: Process, value: int) -> int:
     return int(_reduce(process, (value,), dist.ReduceOp.MIN)[0])
+
+
+def max_over_ranks(process: Process, value: float) -> float:
+    return _reduce(process, (value,), dist.ReduceOp.MAX)[0]
 
 
 def _reduce(process: Process, values, op) -> list[float]:

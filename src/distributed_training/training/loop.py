@@ -4,7 +4,8 @@ It knows nothing of Spark: it reads this rank's share of the staged parquet file
 DistributedDataParallel when there is more than one process, and evaluates on the held-out split after every epoch.
 Quality is stated against the simplest possible model, predicting the training mean, so a number means something.
 
-`train` is what the launchers run: a module-level function of one picklable argument.
+`train` is what the launchers run: a module-level function of one picklable argument. Every rank returns the same
+metrics (they are all-reduced), because TorchDistributor keeps the return value of whichever rank finishes last.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ METRICS_FILE = "metrics.json"
 EVALUATION_BATCH = 8192
 
 
-def train(config: TrainingConfig) -> dict | None:
-    """Train on this rank's share of the data. Rank 0 writes output_dir/metrics.json and returns the metrics;
-    the other ranks return None."""
+def train(config: TrainingConfig) -> dict:
+    """Train on this rank's share of the data and return the run's metrics; rank 0 also writes them to
+    output_dir/metrics.json."""
     process = distributed.start(config.use_gpu)
     try:
         return _train(config, process)
@@ -37,7 +38,7 @@ def train(config: TrainingConfig) -> dict | None:
         distributed.stop(process)
 
 
-def _train(config: TrainingConfig, process: distributed.Process) -> dict | None:
+def _train(config: TrainingConfig, process: distributed.Process) -> dict:
     started = time.perf_counter()
     data = config.data
     log = print if process.is_main else (lambda *args, **kwargs: None)
@@ -84,8 +85,6 @@ def _train(config: TrainingConfig, process: distributed.Process) -> dict | None:
             f"{scores['test_rmse']:.3f}  MAE {scores['test_mae']:.3f}  (predicting the mean: RMSE "
             f"{scores['baseline_rmse']:.3f})  {time.perf_counter() - started:.1f}s")
 
-    if not process.is_main:
-        return None
     metrics = {
         "world_size": process.world_size,
         "device": process.device.type,
@@ -94,11 +93,12 @@ def _train(config: TrainingConfig, process: distributed.Process) -> dict | None:
         "epochs": history,
         "final": history[-1],
         "samples_per_second": steady_throughput(history),
-        "seconds": round(time.perf_counter() - started, 2),
+        "seconds": round(distributed.max_over_ranks(process, time.perf_counter() - started), 2),
         "staged_data": data.directory,
         "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
     }
-    _write_json(metrics["metrics_file"], metrics)
+    if process.is_main:
+        _write_json(metrics["metrics_file"], metrics)
     return metrics
 
 

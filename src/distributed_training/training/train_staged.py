@@ -9,6 +9,7 @@ of processes or fewer. torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADD
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     metrics = train(config)
-    if metrics is not None:
+    if os.environ.get("RANK", "0") == "0":
         print(f"metrics written to {metrics['metrics_file']}")
     return 0
 
