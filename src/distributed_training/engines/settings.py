@@ -94,7 +94,7 @@ def _gpus_per_node(args) -> int:
 
 @dataclass(frozen=True)
 class TrainingRun:
-    """What an engine did (one line for people) and the metrics rank 0 returned."""
+    """What an engine did (one line for people) and the metrics the training returned."""
 
     description: str
     metrics: dict
