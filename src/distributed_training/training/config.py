@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .staged import StagedData
+from .strategy import DDP, DEEPSPEED, PRECISIONS, STRATEGIES
+from .tracking import TrackingSettings
+
+CHECKPOINTS_DIR = "checkpoints"
 
 
 @dataclass(frozen=True)
@@ -12,16 +17,36 @@ class TrainingConfig:
     data: StagedData  # the staged splits and their statistics, computed once in Spark
     output_dir: str  # rank 0 writes metrics.json here; every rank must be able to reach it
     epochs: int = 8
-    batch_size: int = 64
+    batch_size: int = 64  # rows per micro-batch per process
     learning_rate: float = 3e-3
     seed: int = 42
     hidden_sizes: tuple[int, ...] = (64, 64)
     use_gpu: bool = False  # one GPU per process (cuda:LOCAL_RANK) and NCCL; otherwise CPU and gloo
-    bf16: bool = False  # forward and loss under bfloat16 autocast (weights and optimizer stay float32)
+    precision: str = "fp32"  # bf16 / fp16: mixed precision (DDP: autocast; DeepSpeed: as its config says)
+    grad_accumulation: int = 1  # micro-batches per optimizer step
+    strategy: str = DDP  # or DEEPSPEED, which then needs deepspeed_config
+    deepspeed_config: dict | None = None
+    checkpoint_dir: str | None = None  # None: output_dir/checkpoints
+    checkpoint_every: int = 1  # epochs between checkpoints (the last epoch is always checkpointed)
+    keep_checkpoints: int = 2
+    resume: bool = True  # continue from the newest complete checkpoint in checkpoint_dir
+    tracking: TrackingSettings | None = None  # None: no MLflow
 
     def __post_init__(self):
-        for name in ("epochs", "batch_size"):
+        for name in ("epochs", "batch_size", "grad_accumulation", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.precision == "fp16" and not self.use_gpu:
+            raise ValueError("fp16 mixed precision needs a GPU: train in fp32 (or bf16) on CPU")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+        if self.strategy == DEEPSPEED and not self.deepspeed_config:
+            raise ValueError("the deepspeed strategy needs a deepspeed_config (engines.deepspeed builds one)")
+
+    @property
+    def checkpoints(self) -> str:
+        return self.checkpoint_dir or os.path.join(self.output_dir, CHECKPOINTS_DIR)

@@ -61,6 +61,12 @@ def stop(process: Process) -> None:
         dist.destroy_process_group()
 
 
+def barrier(process: Process) -> None:
+    """Wait until every rank gets here."""
+    if process.distributed:
+        dist.barrier()
+
+
 def sum_over_ranks(process: Process, *values: float) -> list[float]:
     """Each value summed over all ranks (the values themselves on a single process)."""
     return _reduce(process, values, dist.ReduceOp.SUM)

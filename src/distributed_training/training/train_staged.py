@@ -24,7 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true", help="one GPU per process (cuda:LOCAL_RANK) and NCCL")
     parser.add_argument("--hidden-sizes", type=_sizes, default=(64, 64), metavar="W,W,...",
                         help="widths of the model's hidden layers (default 64,64)")
-    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass and the loss")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                        help="bf16/fp16: mixed precision through autocast (fp16 on GPU only)")
+    parser.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="--precision bf16")
+    parser.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--no-resume", dest="resume", action="store_false",
+                        help="start over instead of resuming from OUTPUT_DIR/checkpoints")
     args = parser.parse_args(argv)
 
     from .config import TrainingConfig
@@ -35,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         config = TrainingConfig(
             data=StagedData.load(args.staging_dir), output_dir=args.output_dir, epochs=args.epochs,
             batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed, use_gpu=args.gpu,
-            hidden_sizes=args.hidden_sizes, bf16=args.bf16,
+            hidden_sizes=args.hidden_sizes, precision=args.precision,
+            grad_accumulation=args.grad_accumulation, resume=args.resume,
         )
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
