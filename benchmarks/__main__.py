@@ -1,0 +1,53 @@
+"""`python -m benchmarks [--quick] [--only SECTION ...] [--output FILE]`: run the benchmarks, print the table,
+write it as JSON. Run from the repository root with src/ on PYTHONPATH (benchmarks/run.sh does both)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+from . import data_path, engines, generation
+from .measure import format_table
+
+SECTIONS = {"data": data_path.run, "generation": generation.run, "engines": engines.run}
+DEFAULT_OUTPUT = os.path.join("build", "benchmarks", "results.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition: checks that all runs")
+    parser.add_argument("--only", nargs="+", choices=list(SECTIONS), metavar="SECTION",
+                        help=f"run only these sections ({', '.join(SECTIONS)}; default: all)")
+    parser.add_argument("--output", default=DEFAULT_OUTPUT, help=f"where the JSON goes (default {DEFAULT_OUTPUT})")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    started = time.perf_counter()
+    rows, timings = [], {}
+    with tempfile.TemporaryDirectory(prefix="benchmarks-") as work_dir:
+        for name in args.only or SECTIONS:
+            print(f"== {name} ==", flush=True)
+            section_started = time.perf_counter()
+            rows += SECTIONS[name](work_dir, args.quick)
+            timings[name] = round(time.perf_counter() - section_started, 1)
+    total = time.perf_counter() - started
+
+    print("\n" + format_table(rows))
+    print(f"\n{total:.0f} s in all ({', '.join(f'{name} {seconds:.0f} s' for name, seconds in timings.items())}); "
+          f"{os.cpu_count()} CPU(s) shared with whatever else runs: ratios, measured side by side, are the figures")
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as file:
+        json.dump({"quick": args.quick, "seconds": round(total, 1), "sections": timings,
+                   "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+                   "rows": [row.as_dict() for row in rows]}, file, indent=2)
+    print(f"written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

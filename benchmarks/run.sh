@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Every benchmark, one table: bash benchmarks/run.sh [--quick] [--only data generation engines] [--output FILE]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export SPARK_LOCAL_IP=127.0.0.1
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+exec .venv/bin/python -m benchmarks "$@"
