@@ -18,6 +18,9 @@ UC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 # Packages a generated project must not shadow: the runtime's own.
 RESERVED_PACKAGES = {"pyspark", "torch", "deepspeed", "ray", "mlflow", "databricks", "numpy", "pandas", "test", "tests"}
 YES_NO = ("yes", "no")
+# The project name lands unquoted in YAML and inside TOML strings: words and a little punctuation, on one line, so no
+# quote, backslash, colon or hash can end a string or start a mapping or a comment.
+PROJECT_NAME = re.compile(r"[^\W_][\w .,'()&+-]{0,99}")
 
 
 def chosen_engines(answers: Mapping) -> list[str]:
@@ -61,8 +64,13 @@ def check_answers(answers: Mapping) -> list[Finding]:
 
 
 def _check_plain_answers(answers: Mapping):
+    name = str(answers["project_name"])
+    if not PROJECT_NAME.fullmatch(name):
+        yield Finding("invalid-project-name", f"project_name {name!r} is not a plain one-line name",
+                      "use letters, digits, spaces and . , ' ( ) & + - (at most 100, starting with a letter or "
+                      "digit), e.g. My Training", path="project_name")
     slug = answers["project_slug"]
-    if not SLUG.match(slug):
+    if not SLUG.fullmatch(slug):
         yield Finding("invalid-project-slug", f"project_slug {slug!r} is not a valid bundle and folder name",
                       "use lowercase letters, digits, '-' and '_', starting with a letter (at most 63)",
                       path="project_slug")
@@ -85,7 +93,7 @@ def _check_plain_answers(answers: Mapping):
         yield Finding("invalid-num-workers", f"num_workers {answers['num_workers']!r} is not a whole number from 0 to 256",
                       "answer 0 for one node (the default), or the number of worker nodes", path="num_workers")
     for name in ("catalog", "schema"):
-        if not UC_NAME.match(str(answers[name])):
+        if not UC_NAME.fullmatch(str(answers[name])):
             yield Finding(f"invalid-{name}", f"{name} {answers[name]!r} is not a Unity Catalog name",
                           "use letters, digits and '_', starting with a letter or '_'", path=name)
     if answers.get("allow_unknown_node_type", "no") not in YES_NO:
