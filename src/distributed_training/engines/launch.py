@@ -56,6 +56,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=_at_least(1), default=64, help="rows per step per process (default 64)")
     parser.add_argument("--learning-rate", type=_positive_float, default=3e-3, help="Adam's step size (default 3e-3)")
     parser.add_argument("--seed", type=int, default=42, help="seeds the split, the shuffles and the weights")
+    loop = parser.add_argument_group("training loop")
+    loop.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                      help="mixed precision on GPU (default auto: bf16 where the GPU has it, else fp16; fp32 on CPU)")
+    loop.add_argument("--grad-accumulation", type=_at_least(1), default=1, metavar="K",
+                      help="micro-batches per optimizer step (default 1)")
+    loop.add_argument("--checkpoint-every", type=_at_least(1), default=1, metavar="EPOCHS",
+                      help="epochs between checkpoints, in OUTPUT_DIR/checkpoints (default 1; the last always)")
+    loop.add_argument("--keep-checkpoints", type=_at_least(1), default=2, metavar="N",
+                      help="how many of the newest checkpoints to keep (default 2)")
+    loop.add_argument("--no-resume", dest="resume", action="store_false",
+                      help="start over instead of resuming from the newest complete checkpoint in OUTPUT_DIR")
+    loop.add_argument("--mlflow-experiment", metavar="NAME",
+                      help="MLflow experiment (on Databricks a workspace path; default /Shared/distributed-training "
+                           "on a cluster, distributed-training in OUTPUT_DIR/mlruns with --local)")
+    loop.add_argument("--register-model", metavar="CATALOG.SCHEMA.MODEL",
+                      help="also register the trained model in Unity Catalog under this name")
+    loop.add_argument("--no-tracking", dest="tracking", action="store_false", help="do not log to MLflow")
+    deepspeed = parser.add_argument_group("DeepSpeed (--engine deepspeed)")
+    deepspeed.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3),
+                           help="ZeRO stage (default: from --deepspeed-config, else 2)")
+    deepspeed.add_argument("--offload", choices=("none", "optimizer", "optimizer+weights"),
+                           help="CPU offload (default: from --deepspeed-config, else none; weights need stage 3)")
+    deepspeed.add_argument("--deepspeed-config", metavar="FILE",
+                           help="a DeepSpeed config, or the output of `advise --json`, to start from")
 
 
 def run(args: argparse.Namespace) -> int:

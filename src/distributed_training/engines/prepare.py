@@ -6,6 +6,7 @@ import os
 
 from ..training.config import TrainingConfig
 from ..training.staging import stage_training_data
+from . import run_options
 from .settings import LaunchError, RunSettings
 
 STAGING_DIR = "staging"
@@ -26,4 +27,10 @@ def stage_and_configure(spark, settings: RunSettings, world_size: int, use_gpu: 
         learning_rate=settings.learning_rate,
         seed=settings.seed,
         use_gpu=use_gpu,
+        precision=run_options.precision(settings, use_gpu),
+        grad_accumulation=settings.grad_accumulation,
+        checkpoint_every=settings.checkpoint_every,
+        keep_checkpoints=settings.keep_checkpoints,
+        resume=settings.resume,
+        tracking=run_options.tracking(settings),
     )

@@ -29,6 +29,19 @@ class RunSettings:
     batch_size: int
     learning_rate: float
     seed: int
+    # The loop's options (defaults: what `train` defaults to)
+    precision: str = "auto"  # auto: bf16 on GPUs that have it, fp16 on older GPUs, fp32 on CPU
+    grad_accumulation: int = 1
+    checkpoint_every: int = 1
+    keep_checkpoints: int = 2
+    resume: bool = True
+    tracking: bool = True
+    mlflow_experiment: str | None = None  # None: a default per place (run_options)
+    register_model: str | None = None  # a Unity Catalog model name, catalog.schema.model
+    # DeepSpeed (None: from --deepspeed-config, else DeepSpeed's defaults here: ZeRO 2, no offload)
+    zero_stage: int | None = None
+    offload: str | None = None
+    deepspeed_config_file: str | None = None
 
 
 def settings_from_args(args) -> RunSettings:
@@ -55,6 +68,11 @@ def settings_from_args(args) -> RunSettings:
             f"--processes {args.processes} and --gpus-per-node {args.gpus_per_node} both set the number of "
             "processes: with GPUs there is one process per GPU (gpus per node x nodes), so drop --processes"
         )
+    deepspeed_options = [option for option, value in (("--zero-stage", args.zero_stage), ("--offload", args.offload),
+                         ("--deepspeed-config", args.deepspeed_config)) if value is not None]
+    if deepspeed_options and args.engine != "deepspeed":
+        raise LaunchError(f"{', '.join(deepspeed_options)} configure DeepSpeed, but the engine is {args.engine}: "
+                          "use --engine deepspeed, or drop them")
     output_dir = args.output_dir or DEFAULT_LOCAL_OUTPUT_DIR
     if "://" in output_dir or output_dir.startswith("dbfs:"):
         raise LaunchError(
@@ -78,6 +96,17 @@ def settings_from_args(args) -> RunSettings:
         batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         seed=args.seed,
+        precision=args.precision,
+        grad_accumulation=args.grad_accumulation,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        resume=args.resume,
+        tracking=args.tracking,
+        mlflow_experiment=args.mlflow_experiment,
+        register_model=args.register_model,
+        zero_stage=args.zero_stage,
+        offload=args.offload,
+        deepspeed_config_file=args.deepspeed_config,
     )
 
 

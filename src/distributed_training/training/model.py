@@ -37,5 +37,5 @@ class FarePredictor(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """(batch, in_features) raw -> (batch,) fares"""
-        normalised = (features - self.feature_means) / self.feature_stds
+        normalised = (features.to(self.feature_means.dtype) - self.feature_means) / self.feature_stds
         return self.regressor(normalised) * self.label_std + self.label_mean
