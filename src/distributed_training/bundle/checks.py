@@ -55,7 +55,8 @@ def jobs_of(tree: Mapping) -> Iterator[tuple[str, Mapping]]:
 
 def tasks_of(job: Mapping, job_path: Path) -> Iterator[tuple[Path, Mapping]]:
     """Every task of a job with its path, including the task inside a for_each_task."""
-    for index, task in enumerate(job.get("tasks") or []):
+    tasks = job.get("tasks")
+    for index, task in enumerate(tasks if isinstance(tasks, list) else []):
         if not isinstance(task, dict):
             continue
         path = (*job_path, "tasks", index)
@@ -88,7 +89,8 @@ def _clusters(tree: Mapping) -> Iterator[tuple[Path, Mapping]]:
     """Every classic cluster spec of a tree: job clusters, task clusters, all-purpose clusters."""
     for job_key, job in jobs_of(tree):
         job_path = ("resources", "jobs", job_key)
-        for index, job_cluster in enumerate(job.get("job_clusters") or []):
+        job_clusters = job.get("job_clusters")
+        for index, job_cluster in enumerate(job_clusters if isinstance(job_clusters, list) else []):
             if isinstance(job_cluster, dict) and isinstance(job_cluster.get("new_cluster"), dict):
                 yield (*job_path, "job_clusters", index, "new_cluster"), job_cluster["new_cluster"]
         for task_path, task in tasks_of(job, job_path):

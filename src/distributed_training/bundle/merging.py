@@ -120,12 +120,14 @@ def apply_target(root: dict, name: str) -> SourcedDict:
 
 
 def _override_variables(root_variables: Any, target_variables: dict) -> SourcedDict:
-    variables = SourcedDict(root_variables or {}, getattr(root_variables, "sources", {}))
+    if not isinstance(root_variables, dict):  # malformed: the schema reports it
+        root_variables = {}
+    variables = SourcedDict(root_variables, getattr(root_variables, "sources", {}))
     for name, value in target_variables.items():
         source = source_of(target_variables, name)
         declared = variables.get(name)
-        definition = SourcedDict(declared if isinstance(declared, dict) else {},
-                                 getattr(declared, "sources", {}))
+        declared = declared if isinstance(declared, dict) else {}
+        definition = SourcedDict(declared, getattr(declared, "sources", {}))
         if isinstance(value, dict) and ("default" in value or "lookup" in value):
             for field in ("default", "lookup"):
                 if field in value:

@@ -39,7 +39,10 @@ def load_yaml(file: FilePath, relative_name: str) -> tuple[Any, list[Finding]]:
     except (OSError, UnicodeDecodeError) as error:
         return None, [Finding("unreadable-file", f"cannot read {relative_name}: {error}",
                               "make the file readable UTF-8 text", file=relative_name)]
-    loader = BundleYamlLoader(text)
+    try:
+        loader = BundleYamlLoader(text)
+    except yaml.YAMLError as error:  # the reader refuses control characters before any parsing
+        return None, [_syntax_finding(error, relative_name)]
     try:
         node = loader.get_single_node()
         duplicates = list(_duplicate_keys(node, (), set()))

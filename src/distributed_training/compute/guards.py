@@ -213,7 +213,7 @@ def check_bundle_clusters(tree: dict, catalog: Catalog | None = None) -> list[Fi
         engines_by_cluster: dict[str, list[str]] = {}
         for index, task in enumerate(tasks):
             engine = _task_engine(task)
-            if engine and task.get("job_cluster_key"):
+            if engine and isinstance(task.get("job_cluster_key"), str):
                 engines_by_cluster.setdefault(task["job_cluster_key"], []).append(engine)
             if isinstance(task.get("new_cluster"), dict):
                 request = request_from_cluster(task["new_cluster"], (engine,) if engine else ())
@@ -221,7 +221,8 @@ def check_bundle_clusters(tree: dict, catalog: Catalog | None = None) -> list[Fi
         for index, job_cluster in enumerate(_list(job.get("job_clusters"))):
             if not isinstance(job_cluster, dict) or not isinstance(job_cluster.get("new_cluster"), dict):
                 continue
-            engines = tuple(dict.fromkeys(engines_by_cluster.get(job_cluster.get("job_cluster_key"), [])))
+            key = job_cluster.get("job_cluster_key")
+            engines = tuple(dict.fromkeys(engines_by_cluster.get(key, []))) if isinstance(key, str) else ()
             request = request_from_cluster(job_cluster["new_cluster"], engines)
             findings += check_cluster(request, f"resources.jobs.{job_key}.job_clusters[{index}].new_cluster", catalog)
     return findings

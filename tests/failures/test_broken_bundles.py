@@ -1,0 +1,174 @@
+"""`validate` on broken bundles reports, never crashes: YAML syntax errors, every value of a good bundle replaced by
+each wrong type, and files that are missing, empty, binary or in the wrong place.
+
+Through the command itself (in process): exit 1 with findings, or 2 for an unusable argument, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from distributed_training.cli import main
+
+GOOD = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "good"
+ROOT_FILE, JOB_FILE = "databricks.yml", "resources/train.job.yml"
+WRONG_VALUES = [None, 7, "text", ["a", "list"], {"a": "mapping"}]
+
+YAML_SYNTAX_ERRORS = {
+    "unclosed quote": 'bundle:\n  name: "good_training\n',
+    "tab indentation": "bundle:\n\tname: good_training\n",
+    "bad indentation": "bundle:\n  name: good_training\n   extra: 1\n",
+    "unclosed flow list": "bundle:\n  name: good_training\ninclude: [resources/*.yml\n",
+    "unclosed flow mapping": "bundle: {name: good_training\n",
+    "stray colon": "bundle:\n  name: good: training\n",
+    "document of a list": "- bundle\n- include\n",
+    "document of a scalar": "just text\n",
+    "document of a number": "42\n",
+    "undefined alias": "bundle: *missing\n",
+    "unknown tag": "bundle: !!python/object:os.system {}\n",
+    "duplicate anchors": "a: &x 1\nb: &x 2\nbundle: {name: g}\n",
+    "control characters": "bundle:\n  name: \x07\x08\n",
+    "template markers": "bundle:\n  name: {{ cookiecutter.project_slug }}\n",
+}
+
+
+# The CLI's own checks decide whether an empty databricks.yml is a bundle; here it must only not crash.
+EMPTY_ROOT_FILES = {"empty document": "", "comments only": "# nothing here\n", "only a document marker": "---\n"}
+
+
+def _paths(tree, prefix=()):
+    """Every path to a value in a YAML tree (mapping keys and list positions)."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield (*prefix, key)
+            yield from _paths(value, (*prefix, key))
+    elif isinstance(tree, list):
+        for index, value in enumerate(tree):
+            yield (*prefix, index)
+            yield from _paths(value, (*prefix, index))
+
+
+def _replaced(tree, path, value):
+    tree = yaml.safe_load(yaml.safe_dump(tree))  # a deep copy
+    parent = tree
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    return tree
+
+
+def _mutations():
+    for file in (ROOT_FILE, JOB_FILE):
+        tree = yaml.safe_load((GOOD / file).read_text())
+        for path in _paths(tree):
+            for value in WRONG_VALUES:
+                yield file, path, value
+
+
+MUTATIONS = list(_mutations())
+
+
+def validate(bundle_dir, capsys, *options: str) -> tuple[int, str]:
+    """Run `validate` as the command line does; a traceback fails the test by raising here."""
+    code = main(["validate", str(bundle_dir), *options])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.fixture
+def bundle(tmp_path) -> Path:
+    copy = tmp_path / "bundle"
+    shutil.copytree(GOOD, copy)
+    return copy
+
+
+def test_the_good_bundle_is_good(bundle, capsys):
+    assert validate(bundle, capsys)[0] == 0
+
+
+@pytest.mark.parametrize("case", YAML_SYNTAX_ERRORS)
+def test_yaml_that_is_not_a_bundle_is_reported_with_its_file(bundle, capsys, case):
+    (bundle / ROOT_FILE).write_text(YAML_SYNTAX_ERRORS[case])
+    code, output = validate(bundle, capsys)
+    assert code in (1, 2), output
+    assert ROOT_FILE in output and ("error" in output)
+
+
+@pytest.mark.parametrize("case", EMPTY_ROOT_FILES)
+def test_an_empty_root_file_is_checked_without_a_crash(bundle, capsys, case):
+    (bundle / ROOT_FILE).write_text(EMPTY_ROOT_FILES[case])
+    code, output = validate(bundle, capsys)
+    assert code in (0, 1) and "error" in output, output  # the summary line counts errors
+
+
+@pytest.mark.parametrize("case", YAML_SYNTAX_ERRORS)
+def test_broken_yaml_in_an_included_file_is_reported_with_its_file(bundle, capsys, case):
+    (bundle / JOB_FILE).write_text(YAML_SYNTAX_ERRORS[case])
+    code, output = validate(bundle, capsys)
+    assert code in (0, 1), output  # an empty or comment-only resource file is legal
+    if code == 1:
+        assert "train.job.yml" in output
+
+
+def test_every_value_replaced_by_every_wrong_type_is_reported_or_accepted_never_a_crash(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """One bundle folder, rewritten per mutation (a folder per case would cost more than the check). The JSON
+    schema layer, when CI provides the schema, sees every fifth mutation: all of them would take minutes."""
+    schema = os.environ.get("DATABRICKS_BUNDLE_SCHEMA")
+    monkeypatch.delenv("DATABRICKS_BUNDLE_SCHEMA", raising=False)
+    crashed, codes = [], {}
+    for number, (file, path, value) in enumerate(MUTATIONS):
+        bundle = tmp_path / "bundle"
+        shutil.rmtree(bundle, ignore_errors=True)
+        shutil.copytree(GOOD, bundle)
+        tree = yaml.safe_load((GOOD / file).read_text())
+        (bundle / file).write_text(yaml.safe_dump(_replaced(tree, path, value)))
+        try:
+            code, output = validate(bundle, capsys, *(["--schema", schema] if schema and number % 5 == 0 else []))
+        except Exception as error:  # noqa: BLE001 - collected, so one run lists every crash
+            crashed.append(f"{file}:{'.'.join(map(str, path))} = {value!r}: {type(error).__name__}: {error}")
+            continue
+        codes[code] = codes.get(code, 0) + 1
+        assert code in (0, 1), f"{file}:{path} = {value!r} exited {code}: {output}"
+    assert crashed == [], "\n".join(crashed)
+    # Many wrong values are errors even without the JSON schema (which CI adds); a description may well be a number.
+    assert codes.get(1, 0) > len(MUTATIONS) / 3, codes
+
+
+@pytest.mark.parametrize("breakage", ["no root file", "root file is a folder", "folder is a file", "no folder",
+                                      "included file is a folder", "included file is binary", "included file is empty",
+                                      "root file is binary", "include names a missing file", "include is a mapping"])
+def test_missing_or_unreadable_files_are_reported(bundle, capsys, breakage):
+    target = bundle
+    if breakage == "no root file":
+        (bundle / ROOT_FILE).unlink()
+    elif breakage == "root file is a folder":
+        (bundle / ROOT_FILE).unlink()
+        (bundle / ROOT_FILE).mkdir()
+    elif breakage == "folder is a file":
+        target = bundle / ROOT_FILE
+    elif breakage == "no folder":
+        target = bundle / "nowhere"
+    elif breakage == "included file is a folder":
+        (bundle / JOB_FILE).unlink()
+        (bundle / JOB_FILE).mkdir()
+    elif breakage == "included file is binary":
+        (bundle / JOB_FILE).write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe" * 20)
+    elif breakage == "included file is empty":
+        (bundle / JOB_FILE).write_text("")
+    elif breakage == "root file is binary":
+        (bundle / ROOT_FILE).write_bytes(b"\xff\xfe\x00\x00garbage")
+    elif breakage == "include names a missing file":
+        (bundle / ROOT_FILE).write_text((bundle / ROOT_FILE).read_text().replace("resources/*.yml", "resources/gone.yml"))
+    elif breakage == "include is a mapping":
+        (bundle / ROOT_FILE).write_text(
+            (bundle / ROOT_FILE).read_text().replace("include:\n  - resources/*.yml", "include:\n  files: x"))
+    code, output = validate(target, capsys)
+    assert code in (0, 1, 2), output
+    if breakage not in ("included file is empty",):
+        assert code != 0 and "error" in output, output
