@@ -55,12 +55,32 @@ def complete_epochs(directory: str) -> list[int]:
     return sorted(epochs, reverse=True)
 
 
+class CheckpointFolderError(OSError):
+    """The checkpoint folder cannot be used: found before training, not after the first epoch."""
+
+
+def _ensure_writable_folder(directory: str) -> None:
+    fix = "Give --output-dir a folder this run can write (a Unity Catalog volume on a cluster)"
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise CheckpointFolderError(f"cannot keep checkpoints in {directory}: it is a file, not a folder. {fix}, or "
+                                    "move the file away")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise CheckpointFolderError(f"cannot create the checkpoint folder {directory}: {error.strerror or error}. "
+                                    f"{fix}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise CheckpointFolderError(
+            f"cannot write checkpoints into {directory}: no permission. {fix}")
+
+
 class Checkpoints:
     """Save and resume the training state; `run_identity` must match for a checkpoint to be resumed from."""
 
     def __init__(self, directory: str, process: distributed.Process, keep: int, run_identity: dict, log=print):
         if keep < 1:
             raise ValueError(f"keep must be at least 1 checkpoint, got {keep}")
+        _ensure_writable_folder(directory)
         self.directory, self.process, self.keep, self.run_identity, self.log = (
             directory, process, keep, run_identity, log)
 
