@@ -93,7 +93,7 @@ class Checkpoints:
             write_json(os.path.join(self.directory, tag, MARKER),
                        {"epoch": epoch, "run_identity": self.run_identity, **progress})
             self._drop_old()
-            self.log(f"checkpoint: epoch {epoch} saved to {os.path.join(self.directory, tag)}")
+            self.log(f"checkpoint saved: {os.path.join(self.directory, tag)}")
         distributed.barrier(self.process)
 
     def resume(self, strategy) -> dict | None:
