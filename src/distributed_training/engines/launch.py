@@ -5,7 +5,8 @@ outputs go to --output-dir (a Unity Catalog volume). With `--local` a local Spar
 --table a sample of the default table is written under the output folder first.
 
 Each engine is one module of this package named after it, with `train(spark, settings) -> TrainingRun`; an engine
-whose module is absent is not offered.
+whose module is absent is not offered. An engine that needs another local session than local[N] (executors of their
+own, Spark Connect) also has `local_session(settings, warehouse_dir)`.
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            help="CPU offload (default: from --deepspeed-config, else none; weights need stage 3)")
     deepspeed.add_argument("--deepspeed-config", metavar="FILE",
                            help="a DeepSpeed config, or the output of `advise --json`, to start from")
+    spark_ml = parser.add_argument_group("Spark ML (--engine spark_ml_connect)")
+    spark_ml.add_argument("--spark-ml-api", choices=("connect", "classic"),
+                          help="connect: pyspark.ml.connect (default); classic: pyspark.ml over Spark Connect, "
+                               "for more estimators")
+    spark_ml.add_argument("--spark-ml-model", choices=("linear", "gbt", "random_forest"),
+                          help="the regressor (default linear; gbt and random_forest need --spark-ml-api classic)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
         engine = importlib.import_module(f".{settings.engine}", __package__)
-        spark = _local_session(settings) if settings.local else _cluster_session(settings)
+        spark = _local_session(engine, settings) if settings.local else _cluster_session(settings)
         if settings.local and settings.table is None:
             settings = replace(settings, table=_write_sample_table(spark, settings))
         result = engine.train(spark, settings)
@@ -102,13 +109,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_session(settings: RunSettings):
+def _local_session(engine, settings: RunSettings):
     from .local_spark import local_spark_session
 
     processes = settings.processes or DEFAULT_LOCAL_PROCESSES
+    warehouse_dir = os.path.join(settings.output_dir, WAREHOUSE_DIR)
     try:
-        return local_spark_session(cores=max(processes, 2),
-                                   warehouse_dir=os.path.join(settings.output_dir, WAREHOUSE_DIR))
+        if hasattr(engine, "local_session"):
+            return engine.local_session(settings, warehouse_dir)
+        return local_spark_session(cores=max(processes, 2), warehouse_dir=warehouse_dir)
     except Exception as error:  # pyspark reports a missing Java or a port it cannot bind in many shapes
         raise LaunchError(
             f"could not start a local Spark session ({str(error).splitlines()[0]}): --local needs Java 17 or "
@@ -143,10 +152,14 @@ def _write_sample_table(spark, settings: RunSettings) -> str:
 
 def _report(settings: RunSettings, result: TrainingRun, seconds: float) -> None:
     metrics, final = result.metrics, result.metrics["final"]
+    epochs = f", {len(metrics['epochs'])} epochs" if "epochs" in metrics else ""
+    staged = f"  staged   {metrics['staged_data']} (train/ and test/ parquet, manifest.json)\n" \
+        if "staged_data" in metrics else ""
+    model = f"  model    {metrics['model_dir']}\n" if "model_dir" in metrics else ""
     print(
-        f"\nTrained with {settings.engine}: {result.description}, {len(metrics['epochs'])} epochs.\n"
+        f"\nTrained with {settings.engine}: {result.description}{epochs}.\n"
         f"  data     {settings.table}: {metrics['train_rows']} training rows, {metrics['test_rows']} held out\n"
-        f"  staged   {metrics['staged_data']} (train/ and test/ parquet, manifest.json)\n"
+        f"{staged}{model}"
         f"  metrics  {metrics['metrics_file']}\n"
         f"  result   held-out RMSE {final['test_rmse']:.3f}, MAE {final['test_mae']:.3f} (fare_amount); "
         f"predicting the mean: RMSE {final['baseline_rmse']:.3f}\n"

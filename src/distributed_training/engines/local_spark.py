@@ -6,20 +6,25 @@ import os
 import sys
 
 
-def local_spark_session(cores: int, warehouse_dir: str):
+def local_spark_session(cores: int, warehouse_dir: str, master: str | None = None,
+                        executor_env: dict[str, str] | None = None):
+    """`master` defaults to local[cores]; an engine that needs executors of their own passes local-cluster[...],
+    and `executor_env` for what those executor processes must see."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run talks only to itself
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this interpreter's packages
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
+    builder = (
+        SparkSession.builder.master(master or f"local[{cores}]")
         .appName("distributed-training-local")
         .config("spark.sql.shuffle.partitions", str(max(cores, 2)))
         .config("spark.sql.warehouse.dir", warehouse_dir)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    for name, value in (executor_env or {}).items():
+        builder = builder.config(f"spark.executorEnv.{name}", value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

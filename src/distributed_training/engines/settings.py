@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..compute.engines import REQUIREMENTS
 from ..training.trips import DEFAULT_TABLE
 
 DEFAULT_LOCAL_OUTPUT_DIR = os.path.join("build", "local-run")
@@ -42,6 +43,9 @@ class RunSettings:
     zero_stage: int | None = None
     offload: str | None = None
     deepspeed_config_file: str | None = None
+    # Spark ML (--engine spark_ml_connect)
+    spark_ml_api: str = "connect"  # pyspark.ml.connect; "classic": pyspark.ml over Spark Connect
+    spark_ml_model: str = "linear"
 
 
 def settings_from_args(args) -> RunSettings:
@@ -73,6 +77,7 @@ def settings_from_args(args) -> RunSettings:
     if deepspeed_options and args.engine != "deepspeed":
         raise LaunchError(f"{', '.join(deepspeed_options)} configure DeepSpeed, but the engine is {args.engine}: "
                           "use --engine deepspeed, or drop them")
+    _check_spark_ml_options(args)
     output_dir = args.output_dir or DEFAULT_LOCAL_OUTPUT_DIR
     if "://" in output_dir or output_dir.startswith("dbfs:"):
         raise LaunchError(
@@ -107,14 +112,28 @@ def settings_from_args(args) -> RunSettings:
         zero_stage=args.zero_stage,
         offload=args.offload,
         deepspeed_config_file=args.deepspeed_config,
+        spark_ml_api=args.spark_ml_api or "connect",
+        spark_ml_model=args.spark_ml_model or "linear",
     )
 
 
+def _check_spark_ml_options(args) -> None:
+    given = [option for option, value in (("--spark-ml-api", args.spark_ml_api),
+                                          ("--spark-ml-model", args.spark_ml_model)) if value is not None]
+    if given and args.engine != "spark_ml_connect":
+        raise LaunchError(f"{', '.join(given)} configure Spark ML, but the engine is {args.engine}: use --engine "
+                          "spark_ml_connect, or drop them")
+    if args.spark_ml_model not in (None, "linear") and args.spark_ml_api != "classic":
+        raise LaunchError(f"--spark-ml-model {args.spark_ml_model} is a pyspark.ml estimator, which pyspark.ml.connect "
+                          "lacks: add --spark-ml-api classic (pyspark.ml over Spark Connect)")
+
+
 def _gpus_per_node(args) -> int:
-    """None given: CPU when asked for CPU processes or running locally, else as many GPUs as the driver sees."""
+    """None given: CPU when asked for CPU processes, running locally or for an engine that uses no GPU (no torch
+    needed then), else as many GPUs as the driver sees."""
     if args.gpus_per_node is not None:
         return args.gpus_per_node
-    if args.local or args.processes:
+    if args.local or args.processes or not REQUIREMENTS[args.engine].uses_gpu:
         return 0
     import torch
 

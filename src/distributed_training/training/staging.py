@@ -18,7 +18,7 @@ def stage_training_data(spark, source: str, directory: str, world_size: int, see
     """Read `source` (table name or parquet path), prepare and split it, write it under `directory`."""
     prepared = prepare_features(read_trips(spark, source)).cache()
     try:
-        train, test = prepared.randomSplit([1 - test_fraction, test_fraction], seed=seed)
+        train, test = split(prepared, seed, test_fraction)
         train_rows, test_rows = train.count(), test.count()
         if train_rows < world_size:
             raise ValueError(
@@ -37,6 +37,12 @@ def stage_training_data(spark, source: str, directory: str, world_size: int, see
         prepared.unpersist()
     staged.save()
     return staged
+
+
+def split(prepared, seed: int, test_fraction: float = TEST_FRACTION):
+    """The seeded train/held-out split of the prepared trips; every engine splits with it, so all are scored on the
+    same held-out rows of a table."""
+    return prepared.randomSplit([1 - test_fraction, test_fraction], seed=seed)
 
 
 def _column_stats(train) -> tuple[tuple[ColumnStats, ...], ColumnStats]:

@@ -61,6 +61,11 @@ class Tracker:
         if self.active:
             self.mlflow.log_artifact(path)
 
+    def log_folder(self, path: str, name: str) -> None:
+        """A whole folder (a saved Spark ML pipeline) as artifacts of the run, under `name`."""
+        if self.active:
+            self.mlflow.log_artifacts(path, name)
+
     def log_dict(self, content: dict, name: str) -> None:
         if self.active:
             self.mlflow.log_dict(content, name)

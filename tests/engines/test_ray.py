@@ -1,0 +1,135 @@
+"""Ray Train for real: Ray on Spark on a local Spark with executors of their own, through the `train` command.
+
+Each run goes through `train --engine ray --local` in a fresh interpreter (one SparkContext per process, and the
+master must be local-cluster[...]). The command runs in-process there, and while that process still lives the test
+looks for Ray processes left behind: after a success and after a failure inside training, none may remain.
+Quality is asserted as for TorchDistributor: the held-out RMSE at least 3 times below predicting the training mean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distributed_training.engines.ray import placement
+from distributed_training.engines.settings import RunSettings
+
+SOURCE = Path(__file__).resolve().parents[2] / "src"
+BETTER_THAN_THE_MEAN = 3.0
+EPOCHS = 3
+
+# Runs `train` in this interpreter, then reports whether Ray is still up in it and which Ray processes remain on the
+# machine (the Ray on Spark nodes stop a moment after shutdown: up to GRACE seconds are allowed).
+PROBE = """
+import json, os, sys, time
+from distributed_training.cli import main
+
+def ray_processes():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            name = open(f"/proc/{pid}/comm").read().strip()
+            command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if name in ("raylet", "gcs_server") or "ray.util.spark.start_ray_node" in command or command.startswith("ray::"):
+            found.append(f"{pid} {command[:160]}")
+    return found
+
+exit_code = main(sys.argv[1:])
+import ray
+deadline = time.monotonic() + 30
+while ray_processes() and time.monotonic() < deadline:
+    time.sleep(1)
+print("PROBE " + json.dumps({"ray_initialized": ray.is_initialized(), "leftover": ray_processes()}), flush=True)
+sys.exit(exit_code)
+"""
+
+
+def train_with_ray(output_dir: Path, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
+    environment = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")]))}
+    completed = subprocess.run(
+        [sys.executable, "-c", PROBE, "train", "--engine", "ray", "--local", "--output-dir", str(output_dir),
+         "--epochs", str(EPOCHS), *options],
+        capture_output=True, text=True, env=environment, timeout=900,
+    )
+    probes = [line for line in completed.stdout.splitlines() if line.startswith("PROBE ")]
+    assert probes, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return completed, json.loads(probes[-1].removeprefix("PROBE "))
+
+
+@pytest.fixture(scope="module")
+def nothing_of_ray_running_before():
+    """Leftovers are only meaningful if the machine ran no Ray before these tests."""
+    completed = subprocess.run([sys.executable, "-c", PROBE.split("exit_code = ")[0] + "print(ray_processes())"],
+                               capture_output=True, text=True, check=True)
+    assert completed.stdout.strip() == "[]", f"Ray processes were running before the test: {completed.stdout}"
+
+
+@pytest.mark.engine
+def test_ray_on_spark_trains_with_two_workers_and_leaves_nothing_running(nothing_of_ray_running_before, tmp_path):
+    completed, probe = train_with_ray(tmp_path)
+    output = completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert completed.returncode == 0, output
+    assert ("Trained with ray: Ray Train TorchTrainer, 2 CPU worker(s) on Ray on Spark, 2 worker node(s) of 1 CPU(s) "
+            "and 0 GPU(s)") in completed.stdout, output
+    assert probe == {"ray_initialized": False, "leftover": []}
+
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    losses = [epoch["train_loss"] for epoch in metrics["epochs"]]
+    final = metrics["final"]
+    assert metrics["world_size"] == 2 and len(losses) == EPOCHS and losses[-1] < losses[0] / 2, losses
+    assert final["test_rmse"] * BETTER_THAN_THE_MEAN < final["baseline_rmse"], final
+    # The loop's checkpoints, where every engine writes them; Ray Train registered the last one there (no copy).
+    last = tmp_path / "checkpoints" / f"epoch-{EPOCHS:05d}"
+    assert (last / "state.pt").exists() and (last / "complete.json").exists()
+    assert not list((tmp_path / "checkpoints").glob("checkpoint_*"))
+    assert any(str(last) in path.read_text() for path in (tmp_path / "checkpoints").glob("*.json"))
+    assert any((tmp_path / "ray-logs").rglob("*")), "Ray on Spark collected no logs"
+
+
+@pytest.mark.engine
+def test_a_failure_inside_training_shuts_ray_down_and_comes_back_as_one_line(nothing_of_ray_running_before,
+                                                                             tmp_path):
+    """More micro-batches per update than a rank has: the loop raises on every Ray Train worker."""
+    completed, probe = train_with_ray(tmp_path, "--grad-accumulation", "100000")
+    assert completed.returncode == 1, completed.stdout[-3000:] + completed.stderr[-3000:]
+    error = completed.stderr.splitlines()[-1]
+    assert error.startswith("error: training failed in the Ray workers (Ray Train TorchTrainer, 2 CPU worker(s)")
+    assert "ValueError" in error and "fewer than one accumulation window of 100000" in error
+    assert probe == {"ray_initialized": False, "leftover": []}
+
+
+def settings(**changes) -> RunSettings:
+    base = dict(engine="ray", local=False, table="t", output_dir="/Volumes/c/s/v/run", num_nodes=1, gpus_per_node=0,
+                processes=None, epochs=1, batch_size=64, learning_rate=1e-3, seed=1)
+    return RunSettings(**{**base, **changes})
+
+
+def test_one_node_is_plain_ray_on_the_driver_one_worker_per_gpu():
+    where = placement(settings(gpus_per_node=4))
+    assert (where.on_spark, where.workers, where.use_gpu) == (False, 4, True)
+    assert where.describe() == "Ray Train TorchTrainer, 4 GPU worker(s) on the driver (ray.init)"
+
+
+def test_several_nodes_are_ray_on_spark_nodes_as_large_as_the_node_type():
+    where = placement(settings(num_nodes=3, gpus_per_node=2), node_vcpus=24)
+    assert (where.worker_nodes, where.workers, where.cpus_per_node, where.gpus_per_node) == (3, 6, 24, 2)
+
+
+def test_an_unknown_node_type_leaves_both_counts_to_ray():
+    """Ray on Spark takes CPU and GPU counts together or not at all."""
+    where = placement(settings(num_nodes=2, gpus_per_node=1), node_vcpus=None)
+    assert (where.cpus_per_node, where.gpus_per_node, where.worker_nodes) == (None, None, 2)
+
+
+def test_local_runs_one_cpu_ray_node_per_worker():
+    where = placement(settings(local=True, processes=3))
+    assert (where.worker_nodes, where.workers, where.cpus_per_node, where.gpus_per_node, where.use_gpu) == \
+        (3, 3, 1, 0, False)
