@@ -126,10 +126,16 @@ def _local_session(engine, settings: RunSettings):
 
 
 def _cluster_session(settings: RunSettings):
-    """The driver's session, after the preflight: the cluster against what the job asks for."""
-    from pyspark.sql import SparkSession
+    """The driver's session, after the preflight: the cluster against what the job asks for.
 
+    From a laptop with Databricks Connect installed (it replaces pyspark), the session is a remote one to the
+    cluster that the Databricks configuration names (DATABRICKS_CLUSTER_ID, a profile, ...)."""
     from ..compute.preflight import PreflightError, TrainingRequest, ensure_ready
+
+    try:
+        from databricks.connect import DatabricksSession as SparkSession
+    except ImportError:
+        from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.getOrCreate()
     if type(spark).__module__.startswith("pyspark.sql.connect"):
