@@ -128,16 +128,15 @@ def _local_session(engine, settings: RunSettings):
 def _cluster_session(settings: RunSettings):
     """The driver's session, after the preflight: the cluster against what the job asks for.
 
-    From a laptop with Databricks Connect installed (it replaces pyspark), the session is a remote one to the
+    Off the cluster, with Databricks Connect installed (it replaces pyspark), the session is a remote one to the
     cluster that the Databricks configuration names (DATABRICKS_CLUSTER_ID, a profile, ...)."""
     from ..compute.preflight import PreflightError, TrainingRequest, ensure_ready
 
-    try:
-        from databricks.connect import DatabricksSession as SparkSession
-    except ImportError:
+    spark = _remote_session() if "DATABRICKS_RUNTIME_VERSION" not in os.environ else None
+    if spark is None:
         from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.getOrCreate()
+        spark = SparkSession.builder.getOrCreate()
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         print("preflight skipped: a Spark Connect session does not show the cluster's hardware to the client")
         return spark
@@ -146,6 +145,15 @@ def _cluster_session(settings: RunSettings):
     except PreflightError as error:
         raise LaunchError(str(error)) from None
     return spark
+
+
+def _remote_session():
+    """Off the cluster: a Databricks Connect session, or None when databricks-connect is not installed."""
+    try:
+        from databricks.connect import DatabricksSession
+    except ImportError:
+        return None
+    return DatabricksSession.builder.getOrCreate()
 
 
 def _write_sample_table(spark, settings: RunSettings) -> str:
