@@ -12,7 +12,8 @@ from distributed_training.engines.settings import settings_from_args
 
 # Deploy-time values, as the CLI and the Jobs service would fill them in.
 DEPLOYED = {"${var.training_table}": "samples.nyctaxi.trips", "${var.catalog}": "main", "${var.schema}": "default",
-            "${resources.volumes.training.name}": "dev_me_my_training_training", "{{job.parameters.epochs}}": "5"}
+            "${resources.volumes.training.name}": "dev_me_my_training_training", "{{job.parameters.epochs}}": "5",
+            "${workspace.current_user.userName}": "me@example.com", "${bundle.name}": "my-training"}
 
 
 def deployed(parameter: str) -> str:
@@ -33,5 +34,6 @@ def test_every_job_parameter_list_is_accepted_by_train(render, num_workers):
             settings = settings_from_args(args)
             assert settings.engine == key.removeprefix("train_")
             assert settings.output_dir.startswith("/Volumes/main/default/")
+            assert settings.mlflow_experiment == "/Users/me@example.com/my-training"
             if key != "train_spark_ml_connect":  # Spark ML spreads over the cluster's executors by itself
                 assert settings.num_nodes == max(num_workers, 1)
