@@ -8,6 +8,7 @@ Quality is asserted as for TorchDistributor: the held-out RMSE at least 3 times 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -23,23 +24,25 @@ SOURCE = Path(__file__).resolve().parents[2] / "src"
 BETTER_THAN_THE_MEAN = 3.0
 EPOCHS = 3
 
-# Runs `train` in this interpreter, then reports whether Ray is still up in it and which Ray processes remain on the
-# machine (the Ray on Spark nodes stop a moment after shutdown: up to GRACE seconds are allowed).
-PROBE = """
-import json, os, sys, time
-from distributed_training.cli import main
 
-def ray_processes():
+def ray_processes() -> list[str]:
+    """Ray's processes on this machine: its node daemons, Ray on Spark's node starters and Ray workers."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             name = open(f"/proc/{pid}/comm").read().strip()
-            command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode(errors="replace")
+            command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if name in ("raylet", "gcs_server") or "ray.util.spark.start_ray_node" in command or command.startswith("ray::"):
             found.append(f"{pid} {command[:160]}")
     return found
+
+
+# Runs `train` in a fresh interpreter, then reports whether Ray is still up in it and which Ray processes remain on
+# the machine while it still lives (Ray on Spark's nodes stop a moment after shutdown: 30 seconds are allowed).
+PROBE = "import json, os, sys, time\n" + inspect.getsource(ray_processes) + """
+from distributed_training.cli import main
 
 exit_code = main(sys.argv[1:])
 import ray
@@ -64,12 +67,10 @@ def train_with_ray(output_dir: Path, *options: str) -> tuple[subprocess.Complete
     return completed, json.loads(probes[-1].removeprefix("PROBE "))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def nothing_of_ray_running_before():
-    """Leftovers are only meaningful if the machine ran no Ray before these tests."""
-    completed = subprocess.run([sys.executable, "-c", PROBE.split("exit_code = ")[0] + "print(ray_processes())"],
-                               capture_output=True, text=True, check=True)
-    assert completed.stdout.strip() == "[]", f"Ray processes were running before the test: {completed.stdout}"
+    """Leftovers are only meaningful if the machine runs no Ray before the test."""
+    assert ray_processes() == [], "Ray processes were running before the test"
 
 
 @pytest.mark.engine

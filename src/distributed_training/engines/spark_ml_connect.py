@@ -10,6 +10,7 @@ OUTPUT_DIR/metrics.json.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -50,7 +51,6 @@ def train(spark, settings: RunSettings) -> TrainingRun:
     from pyspark.sql import functions as F
 
     from ..training import spark_ml
-    from ..training.checkpoints import write_json
     from ..training.staging import split
     from ..training.trips import LABEL_COLUMN, prepare_features, read_trips
     from ..training.tracking import Tracker
@@ -83,7 +83,7 @@ def train(spark, settings: RunSettings) -> TrainingRun:
             "seconds": round(time.perf_counter() - started, 2), "model_dir": model_dir,
             "metrics_file": os.path.join(settings.output_dir, METRICS_FILE), "mlflow_run_id": run_id,
         }
-        write_json(metrics["metrics_file"], metrics)
+        _write_json(metrics["metrics_file"], metrics)
         tracker.log_epoch(1, scores)
         tracker.log_file(metrics["metrics_file"])
         tracker.log_folder(model_dir, MODEL_DIR)
@@ -94,3 +94,12 @@ def train(spark, settings: RunSettings) -> TrainingRun:
         train_rows.unpersist()
     tracker.finish(succeeded=True)
     return TrainingRun(description, metrics)
+
+
+def _write_json(path: str, content: dict) -> None:
+    """Whole or not at all. (Not the loop's writer: that module needs torch, which Spark ML does not.)"""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = f"{path}.partial"
+    with open(partial, "w") as file:
+        json.dump(content, file, indent=2)
+    os.replace(partial, path)
