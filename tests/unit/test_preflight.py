@@ -37,3 +37,13 @@ def test_cluster_settings_go_through_the_same_guards():
     on_nc = cluster(master="local[*, 4]", driver_gpus=4, workers=0, conf={},
                     node_type_id="Standard_NC24s_v3", spark_version="13.3.x-cpu-ml-scala2.12")
     assert rules(TrainingRequest("deepspeed", 1, 4), on_nc) == ["gpu-node-cpu-runtime", "runtime-too-old"]
+
+
+def test_a_real_local_spark_session_is_observed_and_refused_for_what_it_lacks(spark):
+    from distributed_training.compute.preflight import observe
+
+    observed = observe(spark)
+    assert observed.single_node and observed.master.startswith("local") and observed.driver_gpus == 0
+    assert rules(TrainingRequest("torch_distributor", 2, 0), observed) == ["preflight-single-node-cluster"]
+    assert rules(TrainingRequest("torch_distributor", 1, 4), observed) == ["preflight-gpus-missing"]
+    assert rules(TrainingRequest("torch_distributor", 1, 0), observed) == []
