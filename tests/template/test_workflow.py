@@ -36,7 +36,7 @@ def test_workflow_parses_and_its_commands_exist_in_the_project(render):
             assert extra in extras, f"{step['run']}: no extra {extra!r}"
         if command[:3] == ["python", "-m", "pytest"]:
             assert list((project / "tests").glob("test_*.py"))
-        if command[:3] == ["databricks", "bundle", "deploy"]:
+        if command[:3] in (["databricks", "bundle", "validate"], ["databricks", "bundle", "deploy"]):
             target = step["run"].split("--target", 1)[1]
             assert "'prod'" in target and "'dev'" in target  # an expression choosing one of the two
             bundle = yaml.safe_load((project / "databricks.yml").read_text())
