@@ -33,6 +33,7 @@ def implemented_engines() -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..training.spark_ml import APIS, CLASSIC, MODELS
     from ..training.trips import DEFAULT_TABLE
 
     parser.add_argument("--engine", required=True, choices=implemented_engines(), help="the training engine")
@@ -82,10 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     deepspeed.add_argument("--deepspeed-config", metavar="FILE",
                            help="a DeepSpeed config, or the output of `advise --json`, to start from")
     spark_ml = parser.add_argument_group("Spark ML (--engine spark_ml_connect)")
-    spark_ml.add_argument("--spark-ml-api", choices=("connect", "classic"),
+    spark_ml.add_argument("--spark-ml-api", choices=APIS,
                           help="connect: pyspark.ml.connect (default); classic: pyspark.ml over Spark Connect, "
                                "for more estimators")
-    spark_ml.add_argument("--spark-ml-model", choices=("linear", "gbt", "random_forest"),
+    spark_ml.add_argument("--spark-ml-model", choices=MODELS[CLASSIC],
                           help="the regressor (default linear; gbt and random_forest need --spark-ml-api classic)")
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..compute.engines import REQUIREMENTS
+from ..compute.engines import REQUIREMENTS, SPARK_ML_CONNECT
+from ..training.spark_ml import CLASSIC, CONNECT, LINEAR, MODELS
 from ..training.trips import DEFAULT_TABLE
 
 DEFAULT_LOCAL_OUTPUT_DIR = os.path.join("build", "local-run")
@@ -44,8 +45,8 @@ class RunSettings:
     offload: str | None = None
     deepspeed_config_file: str | None = None
     # Spark ML (--engine spark_ml_connect)
-    spark_ml_api: str = "connect"  # pyspark.ml.connect; "classic": pyspark.ml over Spark Connect
-    spark_ml_model: str = "linear"
+    spark_ml_api: str = CONNECT  # pyspark.ml.connect; CLASSIC: pyspark.ml over Spark Connect
+    spark_ml_model: str = LINEAR
 
 
 def settings_from_args(args) -> RunSettings:
@@ -112,18 +113,18 @@ def settings_from_args(args) -> RunSettings:
         zero_stage=args.zero_stage,
         offload=args.offload,
         deepspeed_config_file=args.deepspeed_config,
-        spark_ml_api=args.spark_ml_api or "connect",
-        spark_ml_model=args.spark_ml_model or "linear",
+        spark_ml_api=args.spark_ml_api or CONNECT,
+        spark_ml_model=args.spark_ml_model or LINEAR,
     )
 
 
 def _check_spark_ml_options(args) -> None:
     given = [option for option, value in (("--spark-ml-api", args.spark_ml_api),
                                           ("--spark-ml-model", args.spark_ml_model)) if value is not None]
-    if given and args.engine != "spark_ml_connect":
+    if given and args.engine != SPARK_ML_CONNECT:
         raise LaunchError(f"{', '.join(given)} configure Spark ML, but the engine is {args.engine}: use --engine "
                           "spark_ml_connect, or drop them")
-    if args.spark_ml_model not in (None, "linear") and args.spark_ml_api != "classic":
+    if args.spark_ml_model not in (None, *MODELS[CONNECT]) and args.spark_ml_api != CLASSIC:
         raise LaunchError(f"--spark-ml-model {args.spark_ml_model} is a pyspark.ml estimator, which pyspark.ml.connect "
                           "lacks: add --spark-ml-api classic (pyspark.ml over Spark Connect)")
 
