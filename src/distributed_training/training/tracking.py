@@ -27,6 +27,8 @@ class Tracker:
 
     def __init__(self, settings: TrackingSettings | None, is_main: bool, log=print):
         self.settings, self.log = settings, log
+        if settings is not None and is_main:
+            os.environ.update(settings.environment)  # before MLflow is imported: it may read them at import time
         self.mlflow = _import_mlflow(log) if settings is not None and is_main else None
         self.run_id: str | None = None
 
@@ -39,7 +41,6 @@ class Tracker:
         if not self.active:
             return None
         mlflow, settings = self.mlflow, self.settings
-        os.environ.update(settings.environment)
         if settings.tracking_uri:
             mlflow.set_tracking_uri(settings.tracking_uri)
         if resumed_run_id:
