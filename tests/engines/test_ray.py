@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,37 +26,47 @@ BETTER_THAN_THE_MEAN = 3.0
 EPOCHS = 3
 
 
-def ray_processes() -> list[str]:
-    """Ray's processes on this machine: its node daemons, Ray on Spark's node starters and Ray workers."""
+def ray_processes(marker: str) -> list[str]:
+    """The Ray processes of one run, known by the marker in their environment (every process the run starts
+    inherits it): node daemons, Ray on Spark's node starters, Ray workers. Other runs on the machine do not count."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            name = open(f"/proc/{pid}/comm").read().strip()
-            command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+            with open(f"/proc/{pid}/environ", "rb") as file:
+                if marker.encode() not in file.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/comm") as file:
+                name = file.read().strip()
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                arguments = file.read().decode(errors="replace").split("\0")
+        except OSError:  # gone meanwhile, or not ours to read
             continue
-        if name in ("raylet", "gcs_server") or "ray.util.spark.start_ray_node" in command or command.startswith("ray::"):
-            found.append(f"{pid} {command[:160]}")
+        if name in ("raylet", "gcs_server") or "ray.util.spark.start_ray_node" in arguments \
+                or arguments[0].startswith("ray::"):
+            found.append(f"{pid} {' '.join(arguments)[:200]}")
     return found
 
 
-# Runs `train` in a fresh interpreter, then reports whether Ray is still up in it and which Ray processes remain on
-# the machine while it still lives (Ray on Spark's nodes stop a moment after shutdown: 30 seconds are allowed).
+# Runs `train` in a fresh interpreter, then reports whether Ray is still up in it and which of the run's Ray
+# processes remain while that interpreter still lives. A node's agents outlive it by a minute or so (they try to
+# report its end to the stopped GCS until that times out), so 150 seconds are allowed; a cluster never shut down
+# keeps its GCS and raylets as long as the driver lives, and is caught.
 PROBE = "import json, os, sys, time\n" + inspect.getsource(ray_processes) + """
 from distributed_training.cli import main
 
 exit_code = main(sys.argv[1:])
 import ray
-deadline = time.monotonic() + 30
-while ray_processes() and time.monotonic() < deadline:
+marker = "RUN_MARKER=" + os.environ["RUN_MARKER"]
+deadline = time.monotonic() + 150
+while ray_processes(marker) and time.monotonic() < deadline:
     time.sleep(1)
-print("PROBE " + json.dumps({"ray_initialized": ray.is_initialized(), "leftover": ray_processes()}), flush=True)
+print("PROBE " + json.dumps({"ray_initialized": ray.is_initialized(), "leftover": ray_processes(marker)}), flush=True)
 sys.exit(exit_code)
 """
 
 
 def train_with_ray(output_dir: Path, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
-    environment = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
+    environment = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "RUN_MARKER": uuid.uuid4().hex,
                    "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")]))}
     completed = subprocess.run(
         [sys.executable, "-c", PROBE, "train", "--engine", "ray", "--local", "--output-dir", str(output_dir),
@@ -67,20 +78,14 @@ def train_with_ray(output_dir: Path, *options: str) -> tuple[subprocess.Complete
     return completed, json.loads(probes[-1].removeprefix("PROBE "))
 
 
-@pytest.fixture
-def nothing_of_ray_running_before():
-    """Leftovers are only meaningful if the machine runs no Ray before the test."""
-    assert ray_processes() == [], "Ray processes were running before the test"
-
-
 @pytest.mark.engine
-def test_ray_on_spark_trains_with_two_workers_and_leaves_nothing_running(nothing_of_ray_running_before, tmp_path):
+def test_ray_on_spark_trains_with_two_workers_and_leaves_nothing_running(tmp_path):
     completed, probe = train_with_ray(tmp_path)
     output = completed.stdout[-3000:] + completed.stderr[-3000:]
     assert completed.returncode == 0, output
     assert ("Trained with ray: Ray Train TorchTrainer, 2 CPU worker(s) on Ray on Spark, 2 worker node(s) of 1 CPU(s) "
             "and 0 GPU(s)") in completed.stdout, output
-    assert probe == {"ray_initialized": False, "leftover": []}
+    assert not probe["ray_initialized"] and probe["leftover"] == [], "\n".join(probe["leftover"])
 
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     losses = [epoch["train_loss"] for epoch in metrics["epochs"]]
@@ -90,21 +95,21 @@ def test_ray_on_spark_trains_with_two_workers_and_leaves_nothing_running(nothing
     # The loop's checkpoints, where every engine writes them; Ray Train registered the last one there (no copy).
     last = tmp_path / "checkpoints" / f"epoch-{EPOCHS:05d}"
     assert (last / "state.pt").exists() and (last / "complete.json").exists()
-    assert not list((tmp_path / "checkpoints").glob("checkpoint_*"))
-    assert any(str(last) in path.read_text() for path in (tmp_path / "checkpoints").glob("*.json"))
+    assert not [path for path in (tmp_path / "checkpoints").glob("checkpoint_*") if path.is_dir()]
+    registered = json.loads((tmp_path / "checkpoints" / "checkpoint_manager_snapshot.json").read_text())
+    assert [result["checkpoint_dir_name"] for result in registered["checkpoint_results"]] == [last.name]
     assert any((tmp_path / "ray-logs").rglob("*")), "Ray on Spark collected no logs"
 
 
 @pytest.mark.engine
-def test_a_failure_inside_training_shuts_ray_down_and_comes_back_as_one_line(nothing_of_ray_running_before,
-                                                                             tmp_path):
+def test_a_failure_inside_training_shuts_ray_down_and_comes_back_as_one_line(tmp_path):
     """More micro-batches per update than a rank has: the loop raises on every Ray Train worker."""
     completed, probe = train_with_ray(tmp_path, "--grad-accumulation", "100000")
     assert completed.returncode == 1, completed.stdout[-3000:] + completed.stderr[-3000:]
     error = completed.stderr.splitlines()[-1]
     assert error.startswith("error: training failed in the Ray workers (Ray Train TorchTrainer, 2 CPU worker(s)")
     assert "ValueError" in error and "fewer than one accumulation window of 100000" in error
-    assert probe == {"ray_initialized": False, "leftover": []}
+    assert not probe["ray_initialized"] and probe["leftover"] == [], "\n".join(probe["leftover"])
 
 
 def settings(**changes) -> RunSettings:
