@@ -57,7 +57,9 @@ def test_a_failure_in_the_workers_comes_back_as_one_clear_error(staged, tmp_path
 
 
 def test_train_local_runs_end_to_end_as_a_command(tmp_path):
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")]))}
+    """With MLFLOW_TRACKING_URI naming a folder, as a user may set it: MLflow 3 takes it only when told to."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")])),
+                   "MLFLOW_TRACKING_URI": str(tmp_path / "tracking")}
     completed = subprocess.run(
         [sys.executable, "-m", "distributed_training", "train", "--engine", "torch_distributor", "--local",
          "--output-dir", str(tmp_path), "--epochs", "4"],
@@ -67,3 +69,5 @@ def test_train_local_runs_end_to_end_as_a_command(tmp_path):
     assert f"metrics  {tmp_path / 'metrics.json'}" in completed.stdout
     assert (tmp_path / "staging" / "manifest.json").exists() and (tmp_path / "sample_trips").is_dir()
     assert_it_learned(json.loads((tmp_path / "metrics.json").read_text()), tmp_path)
+    run_id = json.loads((tmp_path / "metrics.json").read_text())["mlflow_run_id"]
+    assert list((tmp_path / "tracking").glob(f"*/{run_id}/metrics/train_loss")), "the run was not tracked there"

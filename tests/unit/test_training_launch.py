@@ -46,3 +46,20 @@ def test_on_a_cluster_the_preflight_refuses_gpus_the_driver_does_not_see(spark, 
     error = capsys.readouterr().err
     assert "preflight-gpus-missing" in error and "the driver sees 0 GPU(s)" in error and "fix: " in error
     assert not (tmp_path / "staging").exists()
+
+
+@pytest.mark.parametrize("uri, allowed", [
+    ("./mlruns", True), ("/tmp/runs", True), ("file:/tmp/runs", True),
+    ("databricks", False), ("http://localhost:5000", False), ("sqlite:///mlflow.db", False),
+])
+def test_a_tracking_uri_that_names_a_folder_lets_mlflow_3_use_its_file_store(uri, allowed, monkeypatch, tmp_path):
+    """MLflow 3 refuses a folder of runs unless MLFLOW_ALLOW_FILE_STORE is set; a user who names one wants it."""
+    from distributed_training.engines.run_options import tracking
+    from distributed_training.engines.settings import RunSettings
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    settings = RunSettings(engine="torch_distributor", local=True, table=None, output_dir=str(tmp_path), num_nodes=1,
+                           gpus_per_node=0, processes=2, epochs=1, batch_size=8, learning_rate=0.1, seed=0)
+    chosen = tracking(settings)
+    assert chosen.tracking_uri is None  # the environment's URI applies
+    assert (chosen.environment.get("MLFLOW_ALLOW_FILE_STORE") == "true") is allowed
