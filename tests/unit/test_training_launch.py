@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -21,11 +22,20 @@ TRAIN = ["train", "--engine", "torch_distributor"]
      "with GPUs there is one process per GPU"),
     (["--output-dir", "/tmp/run", "--num-nodes", "2", "--gpus-per-node", "4"],
      "--output-dir /tmp/run is not shared between nodes"),
+    (["--output-dir", "/Volumes/c/s/v/run", "--handoff-to-torchrun"],
+     "--handoff-to-torchrun plans a run on GPU nodes this task does not see: give --gpus-per-node"),
 ])
 def test_settings_that_cannot_work_fail_with_one_clear_paragraph(options, message, capsys):
     assert main([*TRAIN, *options]) == 1
     error = capsys.readouterr().err
     assert error.startswith("error: ") and message in error and error.count("\n") == 1
+
+
+def test_only_the_torch_loop_is_handed_to_torchrun(capsys):
+    assert main(["train", "--engine", "ray", "--local", "--handoff-to-torchrun"]) == 1
+    error = capsys.readouterr().err
+    assert "--handoff-to-torchrun hands the torch loop to torchrun, but ray does not train with it" in error
+    assert "use --engine torch_distributor or deepspeed" in error
 
 
 def test_bad_numbers_are_usage_errors(capsys):
@@ -48,18 +58,16 @@ def test_on_a_cluster_the_preflight_refuses_gpus_the_driver_does_not_see(spark, 
     assert not (tmp_path / "staging").exists()
 
 
-@pytest.mark.parametrize("uri, allowed", [
+
+@pytest.mark.parametrize("uri, folder", [
     ("./mlruns", True), ("/tmp/runs", True), ("file:/tmp/runs", True),
     ("databricks", False), ("http://localhost:5000", False), ("sqlite:///mlflow.db", False),
 ])
-def test_a_tracking_uri_that_names_a_folder_lets_mlflow_3_use_its_file_store(uri, allowed, monkeypatch, tmp_path):
+def test_a_tracking_uri_that_names_a_folder_lets_mlflow_3_use_its_file_store(uri, folder, monkeypatch):
     """MLflow 3 refuses a folder of runs unless MLFLOW_ALLOW_FILE_STORE is set; a user who names one wants it."""
-    from distributed_training.engines.run_options import tracking
-    from distributed_training.engines.settings import RunSettings
+    from distributed_training.training.tracking import Tracker, TrackingSettings
 
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    settings = RunSettings(engine="torch_distributor", local=True, table=None, output_dir=str(tmp_path), num_nodes=1,
-                           gpus_per_node=0, processes=2, epochs=1, batch_size=8, learning_rate=0.1, seed=0)
-    chosen = tracking(settings)
-    assert chosen.tracking_uri is None  # the environment's URI applies
-    assert (chosen.environment.get("MLFLOW_ALLOW_FILE_STORE") == "true") is allowed
+    Tracker(TrackingSettings(experiment="e"), is_main=True, log=lambda message: None)
+    assert (os.environ.get("MLFLOW_ALLOW_FILE_STORE") == "true") is folder

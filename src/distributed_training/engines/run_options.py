@@ -14,8 +14,6 @@ from .settings import LaunchError, RunSettings
 LOCAL_TRACKING_DIR = "mlruns"
 LOCAL_EXPERIMENT = "distributed-training"
 CLUSTER_EXPERIMENT = "/Shared/distributed-training"
-# MLflow 3 refuses a file store (folder of runs) unless told; local runs and users who name a folder want one.
-ALLOW_FILE_STORE = {"MLFLOW_ALLOW_FILE_STORE": "true"}
 
 
 def precision(settings: RunSettings, use_gpu: bool) -> str:
@@ -26,6 +24,8 @@ def precision(settings: RunSettings, use_gpu: bool) -> str:
         return settings.precision
     if not use_gpu:
         return "fp32"
+    if settings.handoff_to_torchrun:
+        return "bf16"  # every serverless GPU accelerator (A10, H100) has it; this task cannot see them
     import torch
 
     # The driver is a node of the same type as the workers; one without a GPU cannot tell, and fp16 works on all.
@@ -37,30 +37,17 @@ def tracking(settings: RunSettings) -> TrackingSettings | None:
     MLFLOW_TRACKING_URI, a file store under the output folder."""
     if not settings.tracking:
         return None
-    environment_uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if settings.local and not environment_uri:
+    if settings.local and not os.environ.get("MLFLOW_TRACKING_URI"):
         return TrackingSettings(
             experiment=settings.mlflow_experiment or LOCAL_EXPERIMENT,
             tracking_uri="file:" + os.path.join(settings.output_dir, LOCAL_TRACKING_DIR),
             register_as=settings.register_model,
-            environment=ALLOW_FILE_STORE,
         )
-    environment = _databricks_credentials() if not settings.local else {}
-    if environment_uri and _is_file_store(environment_uri):
-        environment = {**environment, **ALLOW_FILE_STORE}  # the user chose that store: use it, as MLflow 2 did
     return TrackingSettings(
         experiment=settings.mlflow_experiment or (LOCAL_EXPERIMENT if settings.local else CLUSTER_EXPERIMENT),
         register_as=settings.register_model,
-        environment=environment,
+        environment=_databricks_credentials() if not settings.local else {},
     )
-
-
-def _is_file_store(uri: str) -> bool:
-    """A folder (`./mlruns`, `/tmp/runs`, `file:...`), not a server (`databricks`, `http://...`, `sqlite:///...`)."""
-    if uri == "databricks":
-        return False
-    scheme, separator, _ = uri.partition(":")
-    return not separator or scheme == "file" or len(scheme) == 1  # one letter: a Windows drive
 
 
 def _databricks_credentials() -> dict[str, str]:

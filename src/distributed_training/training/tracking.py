@@ -28,7 +28,10 @@ class Tracker:
     def __init__(self, settings: TrackingSettings | None, is_main: bool, log=print):
         self.settings, self.log = settings, log
         if settings is not None and is_main:
-            os.environ.update(settings.environment)  # before MLflow is imported: it may read them at import time
+            # Before MLflow is imported: it may read them at import time.
+            os.environ.update(settings.environment)
+            if is_file_store(settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "databricks")):
+                os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3 refuses a folder of runs unless told
         self.mlflow = _import_mlflow(log) if settings is not None and is_main else None
         self.run_id: str | None = None
 
@@ -87,6 +90,15 @@ class Tracker:
     def finish(self, succeeded: bool) -> None:
         if self.active and self.mlflow.active_run() is not None:
             self.mlflow.end_run(status="FINISHED" if succeeded else "FAILED")
+
+
+def is_file_store(uri: str) -> bool:
+    """A folder (`./mlruns`, `/tmp/runs`, `file:...`), not a server (`databricks`, `http://...`, `sqlite:///...`):
+    a user who names one wants it, as MLflow 2 allowed."""
+    if uri == "databricks":
+        return False
+    scheme, separator, _ = uri.partition(":")
+    return not separator or scheme == "file" or len(scheme) == 1  # one letter: a Windows drive
 
 
 def _import_mlflow(log):
