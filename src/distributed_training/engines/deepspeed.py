@@ -17,6 +17,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 
+from ..training.config import TrainingConfig
 from ..training.strategy import DEEPSPEED
 from . import failures
 from .prepare import stage_and_configure
@@ -57,8 +58,8 @@ def placement(settings: RunSettings) -> Placement:
     return Placement(settings.gpus_per_node, nodes=settings.num_nodes, use_gpu=True)
 
 
-def train(spark, settings: RunSettings) -> TrainingRun:
-    """Generate and check the DeepSpeed config, stage the data, run the loop on every process."""
+def configure(spark, settings: RunSettings) -> TrainingConfig:
+    """Generate and check the DeepSpeed config, stage the data; the config every process gets."""
     where = placement(settings)
     if not where.use_gpu:
         os.environ["DS_ACCELERATOR"] = "cpu"  # the worker processes inherit it; without it DeepSpeed looks for CUDA
@@ -72,8 +73,14 @@ def train(spark, settings: RunSettings) -> TrainingRun:
     zero = deepspeed_config["zero_optimization"]
     print(f"DeepSpeed config ({config_path}): ZeRO stage {zero['stage']}, offload {offload_of(zero)}, "
           f"precision {config.precision}, {deepspeed_config['train_batch_size']} rows per optimizer step", flush=True)
-    config = replace(config, strategy=DEEPSPEED, deepspeed_config=deepspeed_config)
-    return TrainingRun(where.describe(), distribute(config, where, config_path))
+    return replace(config, strategy=DEEPSPEED, deepspeed_config=deepspeed_config)
+
+
+def train(spark, settings: RunSettings) -> TrainingRun:
+    """Configure, then run the loop on every planned process under the DeepSpeed distributor."""
+    where = placement(settings)
+    config = configure(spark, settings)
+    return TrainingRun(where.describe(), distribute(config, where, os.path.join(settings.output_dir, CONFIG_FILE)))
 
 
 def generate_config(settings: RunSettings, precision: str, world_size: int, base: dict | None = None) -> dict:
@@ -113,8 +120,15 @@ def generate_config(settings: RunSettings, precision: str, world_size: int, base
 
 
 def validate_config(config: dict) -> None:
-    """Check the config with DeepSpeed's own classes (unknown keys, bad stages, conflicting precisions)."""
-    from deepspeed.runtime.config import DeepSpeedConfig
+    """Check the config with DeepSpeed's own classes (unknown keys, bad stages, conflicting precisions).
+
+    Where DeepSpeed is not installed (the task that stages for a serverless GPU task), DeepSpeed checks it when the
+    training processes start."""
+    try:
+        from deepspeed.runtime.config import DeepSpeedConfig
+    except ImportError:
+        print("DeepSpeed is not installed here: the config is checked when the training processes start")
+        return
 
     micro, steps = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
     if config["train_batch_size"] % (micro * steps):

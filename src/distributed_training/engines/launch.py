@@ -88,6 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                "for more estimators")
     spark_ml.add_argument("--spark-ml-model", choices=MODELS[CLASSIC],
                           help="the regressor (default linear; gbt and random_forest need --spark-ml-api classic)")
+    parser.add_argument("--handoff-to-torchrun", action="store_true",
+                        help="stage the data and write the run's config and torchrun command to "
+                             "OUTPUT_DIR/torchrun/ instead of training (the serverless GPU job's first task; "
+                             "its GPU task runs the command on every node)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
         spark = _local_session(engine, settings) if settings.local else _cluster_session(settings)
         if settings.local and settings.table is None:
             settings = replace(settings, table=_write_sample_table(spark, settings))
+        if settings.handoff_to_torchrun:
+            from .torchrun_handoff import hand_off
+
+            hand_off(engine.configure(spark, settings), settings)
+            return 0
         result = engine.train(spark, settings)
     except LaunchError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -141,6 +150,8 @@ def _cluster_session(settings: RunSettings):
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         print("preflight skipped: a Spark Connect session does not show the cluster's hardware to the client")
         return spark
+    if settings.handoff_to_torchrun:
+        return spark  # the GPUs are those of the task that runs the command, not this one's
     try:
         ensure_ready(spark, TrainingRequest(settings.engine, settings.num_nodes, settings.gpus_per_node))
     except PreflightError as error:

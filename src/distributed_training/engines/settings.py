@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from ..compute.engines import REQUIREMENTS, SPARK_ML_CONNECT
+from ..compute.serverless import SERVERLESS_ENGINES
 from ..training.spark_ml import CLASSIC, CONNECT, LINEAR, MODELS
 from ..training.trips import DEFAULT_TABLE
 
@@ -47,6 +48,8 @@ class RunSettings:
     # Spark ML (--engine spark_ml_connect)
     spark_ml_api: str = CONNECT  # pyspark.ml.connect; CLASSIC: pyspark.ml over Spark Connect
     spark_ml_model: str = LINEAR
+    # Stage and plan only: the loop then runs under torchrun elsewhere (a serverless GPU task), see torchrun_handoff
+    handoff_to_torchrun: bool = False
 
 
 def settings_from_args(args) -> RunSettings:
@@ -79,6 +82,7 @@ def settings_from_args(args) -> RunSettings:
         raise LaunchError(f"{', '.join(deepspeed_options)} configure DeepSpeed, but the engine is {args.engine}: "
                           "use --engine deepspeed, or drop them")
     _check_spark_ml_options(args)
+    _check_handoff(args)
     output_dir = args.output_dir or DEFAULT_LOCAL_OUTPUT_DIR
     if "://" in output_dir or output_dir.startswith("dbfs:"):
         raise LaunchError(
@@ -115,7 +119,19 @@ def settings_from_args(args) -> RunSettings:
         deepspeed_config_file=args.deepspeed_config,
         spark_ml_api=args.spark_ml_api or CONNECT,
         spark_ml_model=args.spark_ml_model or LINEAR,
+        handoff_to_torchrun=args.handoff_to_torchrun,
     )
+
+
+def _check_handoff(args) -> None:
+    if not args.handoff_to_torchrun:
+        return
+    if args.engine not in SERVERLESS_ENGINES:
+        raise LaunchError(f"--handoff-to-torchrun hands the torch loop to torchrun, but {args.engine} does not train "
+                          f"with it: use --engine {' or '.join(SERVERLESS_ENGINES)}, or drop --handoff-to-torchrun")
+    if not args.local and not args.gpus_per_node:
+        raise LaunchError("--handoff-to-torchrun plans a run on GPU nodes this task does not see: give "
+                          "--gpus-per-node (the GPUs of one node, e.g. 8 for GPU_8xH100) and --num-nodes")
 
 
 def _check_spark_ml_options(args) -> None:

@@ -45,11 +45,16 @@ def placement(settings: RunSettings) -> Placement:
     return Placement(settings.gpus_per_node * settings.num_nodes, local_mode=single_node, use_gpu=True)
 
 
-def train(spark, settings: RunSettings) -> TrainingRun:
-    """Stage the data for the planned number of processes, then run the loop on all of them."""
+def configure(spark, settings: RunSettings) -> TrainingConfig:
+    """Stage the data for the planned number of processes; the config every process gets."""
     where = placement(settings)
-    config = stage_and_configure(spark, settings, world_size=where.num_processes, use_gpu=where.use_gpu)
-    return TrainingRun(where.describe(), distribute(config, where))
+    return stage_and_configure(spark, settings, world_size=where.num_processes, use_gpu=where.use_gpu)
+
+
+def train(spark, settings: RunSettings) -> TrainingRun:
+    """Stage and configure, then run the loop on every planned process."""
+    where = placement(settings)
+    return TrainingRun(where.describe(), distribute(configure(spark, settings), where))
 
 
 def distribute(config: TrainingConfig, where: Placement) -> dict:

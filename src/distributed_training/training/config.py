@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 
 from .staged import StagedData
 from .strategy import DDP, DEEPSPEED, PRECISIONS, STRATEGIES
@@ -50,3 +51,41 @@ class TrainingConfig:
     @property
     def checkpoints(self) -> str:
         return self.checkpoint_dir or os.path.join(self.output_dir, CHECKPOINTS_DIR)
+
+
+def save_config(config: TrainingConfig, path: str) -> None:
+    """Write the config as JSON, for processes started by another launcher (torchrun on serverless GPU compute).
+
+    The staged data is named by its folder (its manifest holds the rest). The tracking settings' environment is
+    left out: it can hold credentials, and the processes that read this file get their own."""
+    content = {field.name: getattr(config, field.name) for field in fields(config)}
+    content["data"] = config.data.directory
+    content["tracking"] = asdict(replace(config.tracking, environment={})) if config.tracking else None
+    partial = path + ".partial"  # a process that reads it while a retry rewrites it gets all of one or the other
+    with open(partial, "w") as file:
+        json.dump(content, file, indent=2)
+    os.replace(partial, path)
+
+
+def load_config(path: str) -> TrainingConfig:
+    """The config `save_config` wrote; FileNotFoundError or ValueError with the reason when it cannot be used."""
+    try:
+        with open(path) as file:
+            content = json.load(file)
+    except OSError as error:
+        raise FileNotFoundError(f"cannot read the training config {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise ValueError(f"the training config {path} is not JSON: {error}") from None
+    known = {field.name for field in fields(TrainingConfig)}
+    if not isinstance(content, dict) or not {"data", "output_dir"} <= set(content):
+        raise ValueError(f"the training config {path} names no staged data and output folder: write it with "
+                         "`train --handoff-to-torchrun`")
+    unknown = sorted(set(content) - known)
+    if unknown:
+        raise ValueError(f"the training config {path} has unknown fields {', '.join(unknown)}: it was written by "
+                         "another version of this package; run `train --handoff-to-torchrun` again with this one")
+    content["data"] = StagedData.load(content["data"])
+    content["hidden_sizes"] = tuple(content.get("hidden_sizes", TrainingConfig.hidden_sizes))
+    if content.get("tracking") is not None:
+        content["tracking"] = TrackingSettings(**content["tracking"])
+    return TrainingConfig(**content)

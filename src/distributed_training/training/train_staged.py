@@ -1,9 +1,13 @@
-"""Run the training loop on already-staged data, without Spark: for plain torchrun, benchmarks and GPU checks.
+"""Run the training loop on already-staged data, without Spark: under torchrun on serverless GPU compute, for
+benchmarks and GPU checks.
 
+    torchrun --nproc-per-node 2 -m distributed_training.training.train_staged --config OUT/torchrun/config.json
     torchrun --nproc-per-node 2 -m distributed_training.training.train_staged --staging-dir DIR --output-dir OUT
 
-The staging folder is one that `train` wrote (OUTPUT_DIR/staging: train/, test/, manifest.json) for the same number
-of processes or fewer. torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/PORT; the loop joins from those.
+--config is the whole run as `train --handoff-to-torchrun` planned it (the serverless GPU task's command runs
+this); otherwise the options below say how to train on a staging folder that `train` wrote (OUTPUT_DIR/staging:
+train/, test/, manifest.json) for the same number of processes or fewer. torchrun sets RANK, WORLD_SIZE,
+LOCAL_RANK and MASTER_ADDR/PORT; the loop joins from those.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--staging-dir", required=True, help="a folder staged by `train` (holds manifest.json)")
-    parser.add_argument("--output-dir", required=True, help="rank 0 writes metrics.json here")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", metavar="FILE", help="a training config written by `train --handoff-to-torchrun`")
+    source.add_argument("--staging-dir", help="a folder staged by `train` (holds manifest.json)")
+    parser.add_argument("--output-dir", help="rank 0 writes metrics.json here (required with --staging-dir)")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=3e-3)
@@ -31,13 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-resume", dest="resume", action="store_false",
                         help="start over instead of resuming from OUTPUT_DIR/checkpoints")
     args = parser.parse_args(argv)
+    if args.staging_dir and not args.output_dir:
+        parser.error("--staging-dir needs --output-dir")
 
-    from .config import TrainingConfig
+    from .config import TrainingConfig, load_config
     from .loop import train
     from .staged import StagedData
 
     try:
-        config = TrainingConfig(
+        config = load_config(args.config) if args.config else TrainingConfig(
             data=StagedData.load(args.staging_dir), output_dir=args.output_dir, epochs=args.epochs,
             batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed, use_gpu=args.gpu,
             hidden_sizes=args.hidden_sizes, precision=args.precision,

@@ -1,0 +1,62 @@
+"""The serverless GPU job's two steps, here on CPU: `train --handoff-to-torchrun` stages the table and writes the
+run's config and command, then that command (what the `ai_runtime_task` runs on every node) trains under torchrun.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distributed_training.engines.torchrun_handoff import command_script
+
+SOURCE = Path(__file__).resolve().parents[2] / "src"
+BETTER_THAN_THE_MEAN = 3.0
+
+
+def environment(**extra):
+    """This interpreter first on PATH (the command runs `python`), the checkout's package importable."""
+    return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")])), **extra}
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed"])
+def test_the_serverless_command_trains_what_the_stage_step_planned(tmp_path, engine):
+    output = tmp_path / "run"
+    staged = subprocess.run(
+        [sys.executable, "-m", "distributed_training", "train", "--engine", engine, "--local", "--handoff-to-torchrun",
+         "--output-dir", str(output), "--epochs", "3"],
+        capture_output=True, text=True, env=environment(), timeout=300,
+    )
+    assert staged.returncode == 0, staged.stdout[-3000:] + staged.stderr[-3000:]
+    command = output / "torchrun" / "command.sh"
+    assert f"command  {command}" in staged.stdout
+    assert not (output / "metrics.json").exists(), "the stage step must not train"
+
+    trained = subprocess.run(["bash", str(command)], cwd=tmp_path, capture_output=True, text=True,
+                             env=environment(), timeout=300)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    metrics = json.loads((output / "metrics.json").read_text())
+    losses = [epoch["train_loss"] for epoch in metrics["epochs"]]
+    assert metrics["world_size"] == 2 and len(losses) == 3 and losses[-1] < losses[0], losses
+    assert metrics["final"]["test_rmse"] * BETTER_THAN_THE_MEAN < metrics["final"]["baseline_rmse"]
+    assert (output / "checkpoints" / "epoch-00003" / "complete.json").exists()
+    config = json.loads((output / "torchrun" / "config.json").read_text())
+    assert config["strategy"] == ("deepspeed" if engine == "deepspeed" else "ddp")
+    assert config["tracking"]["environment"] == {}  # credentials never land in a file
+
+
+def test_a_multi_node_command_stops_at_once_without_the_nodes_rank(tmp_path):
+    script = tmp_path / "command.sh"
+    script.write_text(command_script("/Volumes/c/s/v/run/torchrun/config.json", processes_per_node=8, nodes=2,
+                                     use_gpu=True))
+    assert "--nnodes 2" in script.read_text() and "--nproc-per-node 8" in script.read_text()
+    bare = {name: value for name, value in environment().items() if name not in ("NODE_RANK", "MASTER_ADDR")}
+    completed = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=bare, timeout=30)
+    assert completed.returncode == 2
+    assert "NODE_RANK is not set: this 2-node run needs each node's rank" in completed.stderr
