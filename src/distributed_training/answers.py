@@ -7,7 +7,8 @@ import re
 from typing import Mapping
 
 from .compute.catalog import CLOUDS, default_catalog
-from .compute.clusters import STANDARD_RUNTIME, new_cluster
+from .compute import serverless
+from .compute.clusters import STANDARD_RUNTIME, default_spark_version, new_cluster
 from .compute.engines import ENGINES, SPARK_ML_CONNECT
 from .compute.guards import check_cluster, request_from_cluster
 from .findings import Finding
@@ -48,11 +49,27 @@ def job_cluster(answers: Mapping, engine: str) -> dict:
     )
 
 
+def is_serverless(answers: Mapping) -> bool:
+    return answers.get("compute", serverless.CLASSIC) == serverless.SERVERLESS_GPU
+
+
+def nodes_and_gpus(answers: Mapping) -> tuple[int, int]:
+    """Serverless GPU: (nodes, GPUs per node) of the answers' accelerators."""
+    accelerator = serverless.ACCELERATORS[answers["accelerator_type"]]
+    count = int(answers["accelerator_count"])
+    return count // accelerator.gpus_per_node, accelerator.gpus_per_node
+
+
 def check_answers(answers: Mapping) -> list[Finding]:
     """Every finding about a set of answers; the hook refuses to generate while any is an error."""
     findings = list(_check_plain_answers(answers))
     if any(finding.is_error for finding in findings):
-        return findings  # the cluster rules need valid cloud, engine and num_workers
+        return findings  # the compute rules need valid cloud, engine, compute and numbers
+    if is_serverless(answers):
+        return [*_mixed_answers(answers, CLASSIC_ANSWERS, "classic cluster", "serverless_gpu"),
+                *serverless.check_engine(answers["engine"]),
+                *serverless.check_accelerators(answers["accelerator_type"], int(answers["accelerator_count"]))]
+    findings += _mixed_answers(answers, SERVERLESS_ANSWERS, "serverless GPU", "classic")
     for engine in chosen_engines(answers):
         request = request_from_cluster(job_cluster(answers, engine), (engine,), answers["cloud"])
         for finding in check_cluster(request):
@@ -61,6 +78,32 @@ def check_answers(answers: Mapping) -> list[Finding]:
                                   severity=finding.severity)
             findings.append(finding)
     return list(dict.fromkeys(findings))
+
+
+# The answers of one kind of compute, with their defaults (computed from the answers before them).
+CLASSIC_ANSWERS = {
+    "node_type_id": lambda answers: default_node_type(answers["cloud"], answers["engine"]),
+    "cpu_node_type_id": lambda answers: default_cpu_node_type(answers["cloud"]),
+    "num_workers": lambda answers: "0",
+    "spark_version": lambda answers: default_spark_version(answers["engine"]),
+    "allow_unknown_node_type": lambda answers: "no",
+}
+SERVERLESS_ANSWERS = {
+    "accelerator_type": lambda answers: serverless.DEFAULT_ACCELERATOR,
+    "accelerator_count": lambda answers: str(serverless.default_accelerator_count(answers["accelerator_type"])),
+}
+
+
+def _mixed_answers(answers: Mapping, other: dict, kind: str, compute: str):
+    """Answers for the compute not chosen, changed from their defaults: they would be silently ignored."""
+    if answers["engine"] not in ENGINES:
+        return  # `all`: the engine rule says what to do; the defaults cannot be computed
+    for name, default in other.items():
+        if name in answers and str(answers[name]).strip() != default(answers):
+            yield Finding("mixed-compute-answers",
+                          f"{name} {answers[name]!r} is a {kind} setting, but compute is {compute}",
+                          f"leave {name} at its default ({default(answers)}), or answer compute="
+                          f"{'classic' if compute == 'serverless_gpu' else 'serverless_gpu'}", path=name)
 
 
 def _check_plain_answers(answers: Mapping):
@@ -96,6 +139,15 @@ def _check_plain_answers(answers: Mapping):
         if not UC_NAME.fullmatch(str(answers[name])):
             yield Finding(f"invalid-{name}", f"{name} {answers[name]!r} is not a Unity Catalog name",
                           "use letters, digits and '_', starting with a letter or '_'", path=name)
+    compute = answers.get("compute", serverless.CLASSIC)
+    if compute not in serverless.COMPUTE_CHOICES:
+        yield Finding("invalid-compute", f"compute {compute!r} is not one of {', '.join(serverless.COMPUTE_CHOICES)}",
+                      f"answer {' or '.join(serverless.COMPUTE_CHOICES)}", path="compute")
+    count = str(answers.get("accelerator_count", "1")).strip()
+    if not count.isdigit():
+        yield Finding("invalid-accelerator-count", f"accelerator_count {answers['accelerator_count']!r} is not a "
+                      "whole number", "answer the number of GPUs in all, e.g. 1 (GPU_1xA10) or 8 (GPU_8xH100)",
+                      path="accelerator_count")
     if answers.get("allow_unknown_node_type", "no") not in YES_NO:
         yield Finding("invalid-allow-unknown-node-type",
                       f"allow_unknown_node_type {answers['allow_unknown_node_type']!r} is not yes or no",

@@ -17,7 +17,7 @@ if str(SHARED_SOURCE) not in sys.path:
     sys.path.insert(0, str(SHARED_SOURCE))
 
 from distributed_training import answers  # noqa: E402  (needs the path above)
-from distributed_training.compute import clusters  # noqa: E402
+from distributed_training.compute import clusters, serverless  # noqa: E402
 
 
 def _to_yaml(value, indent: int = 0) -> str:
@@ -34,6 +34,9 @@ class BundleAnswers(Extension):
             default_cpu_node_type=answers.default_cpu_node_type,
             default_spark_version=clusters.default_spark_version,
             job_cluster=answers.job_cluster,
+            is_serverless=answers.is_serverless,
+            nodes_and_gpus=answers.nodes_and_gpus,
+            default_accelerator_count=serverless.default_accelerator_count,
             chosen_engines=answers.chosen_engines,
             gpus_per_node=clusters.gpus_per_node,
             connect_version=clusters.databricks_connect_version,

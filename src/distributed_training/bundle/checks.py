@@ -1,4 +1,5 @@
-"""Rules the JSON schema cannot express: cross-references inside a job, single-node cluster forms, targets.
+"""Rules the JSON schema cannot express: cross-references inside a job, single-node cluster forms, serverless GPU
+tasks, targets.
 
 Each check takes a tree and returns findings whose `path` is set; the caller names the file.
 """
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
+from ..compute import serverless
+from ..compute.guards import task_engine
 from ..findings import Finding
 from .paths import Path, format_path
 
@@ -133,6 +136,49 @@ def _single_node_cluster(cluster: Mapping, path: Path) -> list[Finding]:
                     "Spark would wait for workers that never come",
                     f"use the classic form, {CLASSIC_SINGLE_NODE}, or the new one, {NEW_SINGLE_NODE}",
                     path=format_path((*path, "num_workers")))]
+
+
+CLASSIC_TASK_COMPUTE = ("job_cluster_key", "new_cluster", "existing_cluster_id", "libraries")
+
+
+def serverless_gpu_findings(tree: Mapping) -> list[Finding]:
+    """Every `ai_runtime_task`: no classic cluster beside it, one deployment (the preview's limit), accelerators the
+    platform offers, and an engine whose loop runs under torchrun (the `--engine` of the job's wheel tasks)."""
+    findings = []
+    for job_key, job in jobs_of(tree):
+        job_path = ("resources", "jobs", job_key)
+        tasks = list(tasks_of(job, job_path))
+        gpu_tasks = [(path, task) for path, task in tasks if isinstance(task.get("ai_runtime_task"), dict)]
+        for task_path, task in gpu_tasks:
+            findings += _serverless_gpu_task(task_path, task)
+        if gpu_tasks:
+            for task_path, task in tasks:
+                engine = task_engine(task)
+                if engine is not None:
+                    findings += serverless.check_engine(engine, format_path(
+                        (*task_path, "python_wheel_task", "parameters")))
+    return findings
+
+
+def _serverless_gpu_task(task_path: Path, task: Mapping) -> list[Finding]:
+    findings = [Finding("mixed-compute", f"task {task.get('task_key')!r} runs on serverless GPU compute "
+                        f"(ai_runtime_task) but also sets {name}, which belongs to classic clusters",
+                        f"drop {name}: the task's size is its accelerator_type and accelerator_count, and its "
+                        "packages are its environment's dependencies", path=format_path((*task_path, name)))
+                for name in CLASSIC_TASK_COMPUTE if name in task]
+    deployments_path = (*task_path, "ai_runtime_task", "deployments")
+    deployments = task["ai_runtime_task"].get("deployments")
+    if isinstance(deployments, list) and len(deployments) != 1:
+        findings.append(Finding("serverless-gpu-deployments",
+                                f"ai_runtime_task has {len(deployments)} deployments; the preview runs exactly one",
+                                "give one deployment: every node runs its command", path=format_path(deployments_path)))
+    for index, deployment in enumerate(deployments if isinstance(deployments, list) else []):
+        compute = _mapping(_mapping(deployment).get("compute"))
+        if compute:
+            prefix = format_path((*deployments_path, index, "compute")) + "."
+            findings += serverless.check_accelerators(compute.get("accelerator_type"),
+                                                      compute.get("accelerator_count"), prefix)
+    return findings
 
 
 def production_root_path_findings(root_tree: Mapping) -> list[Finding]:

@@ -4,7 +4,8 @@ Layers, for every target (or the bundle itself when it declares none):
 1. loading: YAML syntax, include globs, resource keys defined twice (see `loader`);
 2. the CLI's JSON schema, when one is given: every file, the merged files, each target (see `schema`);
 3. the typed job classes of databricks-bundles (see `typed`);
-4. references and variables, and rules the schema cannot express (see `references`, `checks`, `wheel_tasks`);
+4. references and variables, and rules the schema cannot express (see `references`, `checks`, `wheel_tasks`),
+   serverless GPU tasks among them (`compute.serverless`);
 5. the compute guards on every cluster (`compute.guards.check_bundle_clusters`).
 
 Exit codes: 0 no errors (warnings are printed), 1 errors, 2 bad usage (no bundle there, unknown target,
@@ -95,6 +96,7 @@ def _target_findings(bundle: Bundle, name: str, validator) -> list[Finding]:
     resolved = substitute(tree, resolver)
     findings += checks.job_cluster_key_findings(resolved)
     findings += checks.single_node_findings(resolved)
+    findings += checks.serverless_gpu_findings(resolved)
     findings += wheel_task_findings(resolved, bundle.root)
     findings += check_bundle_clusters(resolved)
     return _with_files(findings, tree)

@@ -34,7 +34,7 @@ class ClusterRequest:
     allow_unknown_node_type: bool = False
 
 
-def _is_reference(value: Any) -> bool:
+def is_reference(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
 
 
@@ -69,12 +69,12 @@ def check_cluster(request: ClusterRequest, path: str | None = None, catalog: Cat
     def at(leaf: str) -> str:
         return f"{path}.{leaf}" if path else leaf
 
-    node = None if _is_reference(request.node_type_id) else catalog.find(request.node_type_id)
-    runtime = None if _is_reference(request.spark_version) else parse_runtime(request.spark_version)
+    node = None if is_reference(request.node_type_id) else catalog.find(request.node_type_id)
+    runtime = None if is_reference(request.spark_version) else parse_runtime(request.spark_version)
     findings: list[Finding] = []
-    if node is None and not _is_reference(request.node_type_id):
+    if node is None and not is_reference(request.node_type_id):
         findings.append(_unknown_node_type(request, catalog, at("node_type_id")))
-    if runtime is None and not _is_reference(request.spark_version):
+    if runtime is None and not is_reference(request.spark_version):
         findings.append(Finding(
             "unknown-spark-version", f"spark_version {request.spark_version!r} is not a Databricks Runtime version",
             "use a version string such as 17.3.x-gpu-ml-scala2.13 (GPU ML) or 17.3.x-cpu-ml-scala2.13 (CPU ML); "
@@ -195,7 +195,8 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def _task_engine(task: dict) -> str | None:
+def task_engine(task: dict) -> str | None:
+    """The `--engine` a task's `train` wheel task is given, if any."""
     parameters = _list(_mapping(task.get("python_wheel_task")).get("parameters"))
     for flag, value in zip(parameters, parameters[1:]):
         if flag == "--engine":
@@ -212,7 +213,7 @@ def check_bundle_clusters(tree: dict, catalog: Catalog | None = None) -> list[Fi
         tasks = [task for task in _list(job.get("tasks")) if isinstance(task, dict)]
         engines_by_cluster: dict[str, list[str]] = {}
         for index, task in enumerate(tasks):
-            engine = _task_engine(task)
+            engine = task_engine(task)
             if engine and isinstance(task.get("job_cluster_key"), str):
                 engines_by_cluster.setdefault(task["job_cluster_key"], []).append(engine)
             if isinstance(task.get("new_cluster"), dict):
