@@ -6,11 +6,14 @@ answers that cannot work there are refused with the rule and nothing is written;
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 import yaml
 from cookiecutter.exceptions import FailedHookException
 
 from distributed_training.bundle.validate import validate_bundle
+from distributed_training.compute.advise import add_arguments, advise, job_from_args
 from distributed_training.compute.serverless import ACCELERATORS, SERVERLESS_ENGINES
 
 
@@ -125,3 +128,18 @@ def test_validate_catches_hand_edits_of_a_serverless_job(render, edit, rule):
     edit_gpu_task(project, "torch_distributor", edit)
     findings = validate_bundle(project, targets=["dev"])["dev"]
     assert rule in {finding.rule for finding in findings if finding.is_error}, [str(f) for f in findings]
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama-7b", "llama-70b"])
+def test_advise_names_serverless_answers_that_generate_a_valid_project(render, bundle_schema, model):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    advice = advise(job_from_args(parser.parse_args(["--model", model, "--cloud", "aws"])))
+    answers = advice.serverless.template_answers("aws")
+    project = render(**answers)
+    assert errors_of(project, bundle_schema) == []
+    count = int(answers["accelerator_count"])
+    if model == "gpt2":
+        assert (answers["accelerator_type"], count, answers["engine"]) == ("GPU_1xA10", 1, "torch_distributor")
+    else:  # 7B and 70B parameters need ZeRO across the 80 GB H100s
+        assert answers["accelerator_type"] == "GPU_8xH100" and count % 8 == 0 and answers["engine"] == "deepspeed"

@@ -17,6 +17,9 @@ Engine: DeepSpeed when ZeRO or offload is needed (the distributor for models tha
 limited by memory); otherwise TorchDistributor (DDP), or Ray Train when asked for. Classical models on tabular data
 train with Spark ML on CPU nodes: one node while the data fits in its memory, more workers when it does not.
 
+The same search, without offload (the serverless nodes' host memory is not published), picks the serverless GPU
+alternative: the first of GPU_1xA10, GPU_1xH100, then GPU_8xH100 on one node and on as few nodes as hold the job.
+
 Memory per GPU is estimated by `memory` (its docstring states the accounting). Training time is not estimated:
 that needs the GPU's sustained throughput on this model, which no table here can promise; the advice says what
 the next step up would be when a measured epoch is too slow.
@@ -33,6 +36,7 @@ from typing import Callable
 
 from .catalog import CLOUDS, Catalog, NodeType, default_catalog
 from .engines import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTRIBUTOR
+from .serverless import ACCELERATORS, SERVERLESS_GPU
 from .memory import (
     HEADROOM, MLP, NAMED_MODELS, OPTIMIZERS, PRECISIONS, TRANSFORMER, Estimate, ModelShape, Sharding, Term,
     Training, estimate, format_count, format_gb, mlp_params, parse_count,
@@ -100,6 +104,18 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class ServerlessPlan:
+    accelerator_type: str
+    accelerator_count: int
+    engine: str
+    sharding: Sharding
+
+    def template_answers(self, cloud: str) -> dict[str, str]:
+        return {"cloud": cloud, "engine": self.engine, "compute": SERVERLESS_GPU,
+                "accelerator_type": self.accelerator_type, "accelerator_count": str(self.accelerator_count)}
+
+
+@dataclass(frozen=True)
 class Advice:
     job: Job
     plan: Plan | None  # None: nothing in scope holds the job
@@ -107,6 +123,7 @@ class Advice:
     notes: tuple[str, ...] = ()
     baseline: Estimate | None = None  # one GPU, nothing sharded (GPU jobs)
     alternative: Plan | None = None  # when the plan offloads to CPU: the best setup without offload
+    serverless: ServerlessPlan | None = None  # GPU jobs: the serverless GPU compute that holds it, if any
 
     def template_answers(self) -> dict[str, str]:
         """The cookiecutter answers that generate a project for this plan."""
@@ -131,6 +148,8 @@ class Advice:
             "alternative": _plan_dict(self.alternative),
             "notes": list(self.notes),
             "template_answers": self.template_answers() if self.plan else None,
+            "serverless_gpu_template_answers": self.serverless.template_answers(self.job.cloud)
+            if self.serverless else None,
             "headroom": HEADROOM,
         }
 
@@ -257,14 +276,29 @@ def _advise_gpu(job: Job, nodes: list[NodeType]) -> Advice:
         if offload and not several:
             alternative = _best_plan(job, [node for node in nodes if node.multi_node != "refuse"], True, False)
         return Advice(job, plan, _why_gpu(step, plan, scope), tuple(_gpu_notes(job, plan, nodes, alternative)),
-                      baseline, alternative)
+                      baseline, alternative, _serverless_plan(job))
     why = (f"no setup {scope} holds this job, not even {MAX_NODES} nodes with CPU offload: one GPU would need "
            f"{format_gb(baseline.needed_gb)}. Lower the micro-batch (--batch-size, with gradient accumulation to "
            "keep the effective batch), the sequence length, or use fused attention (--flash-attention)")
     if job.node_type_id and nodes[0].multi_node == "refuse":
         why = (f"{job.node_type_id} cannot hold this job on one node, and multi-node training on it is refused: "
                f"{nodes[0].reason}. Pick a family with accelerated networking (advise without --node-type lists one)")
-    return Advice(job, None, why, baseline=baseline)
+    return Advice(job, None, why, baseline=baseline, serverless=_serverless_plan(job))
+
+
+def _serverless_plan(job: Job) -> ServerlessPlan | None:
+    """The first serverless GPU setup that holds the job, trying one node of each type, then more 8-GPU nodes."""
+    sizes = [(accelerator, accelerator.gpus_per_node) for accelerator in ACCELERATORS.values()]
+    largest = max(ACCELERATORS.values(), key=lambda accelerator: accelerator.gpus_per_node)
+    sizes += [(largest, largest.gpus_per_node * nodes) for nodes in range(2, MAX_NODES + 1)]
+    for accelerator, gpus in sizes:
+        for sharding in _ladder(False, job):
+            if gpus == 1 and sharding.zero_stage > 0:
+                continue  # ZeRO without offload shards nothing on one GPU
+            if estimate(job.training, sharding, gpus).needed_gb <= accelerator.gpu_memory_gb:
+                return ServerlessPlan(accelerator.name, gpus, DEEPSPEED if sharding.needs_deepspeed
+                                      else TORCH_DISTRIBUTOR, sharding)
+    return None
 
 
 def _why_gpu(step: int, plan: Plan, scope: str) -> str:
@@ -487,7 +521,21 @@ def render(advice: Advice) -> str:
         lines += ["Notes:"] + [f"  - {note}" for note in advice.notes]
     answers = " ".join(f"{key}={value}" for key, value in advice.template_answers().items())
     lines += ["", f"Template answers: {answers}"]
+    lines += _serverless_lines(advice)
     return "\n".join(lines) + "\n"
+
+
+def _serverless_lines(advice: Advice) -> list[str]:
+    if advice.job.training is None:
+        return []
+    if advice.serverless is None:
+        return ["Serverless GPU compute: no accelerator count holds it without CPU offload."]
+    plan = advice.serverless
+    answers = " ".join(f"{key}={value}" for key, value in plan.template_answers(advice.job.cloud).items())
+    nodes = plan.accelerator_count // ACCELERATORS[plan.accelerator_type].gpus_per_node
+    return ["", f"Or on serverless GPU compute (AI Runtime, preview; no cluster to size): {plan.accelerator_type}, "
+            f"accelerator_count {plan.accelerator_count} ({nodes} node{'s' if nodes > 1 else ''}), engine "
+            f"{plan.engine}, {plan.sharding.describe()}", f"  template answers: {answers}"]
 
 
 # ---------------------------------------------------------------- command line
