@@ -1,8 +1,10 @@
 """Engine overhead: each engine path against a plain `torchrun` of the same loop, same data, same model.
 
 Every engine runs as a user runs it, `python -m distributed_training train --engine E --local --table T`, on the
-same sample table; torchrun runs `training.train_staged` on that table staged once. Two figures per engine, the
-throughput from the loop's own metrics.json:
+same sample table. The baseline is torchrun of the very same run: `train --handoff-to-torchrun` stages the table and
+writes the config the engine would give its processes (DDP, or DeepSpeed with the same DeepSpeed config), and the
+command it writes runs `training.train_staged --config` under torchrun. Ray Train runs DDP: its baseline is the DDP
+one. Two figures per engine, the throughput from the loop's own metrics.json:
 - steady-state throughput: training samples per second over all ranks after the first epoch (ratio to torchrun);
 - start-up and teardown: the wall time of the whole command less the loop's own time, against the same for
   torchrun. For the Spark engines this includes a Spark session and the staging, measured once on their own here
@@ -25,6 +27,9 @@ from .measure import Row, alternate, median, seconds
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 PROCESSES = 2
 TORCH_LOOP_ENGINES = ("torch_distributor", "deepspeed", "ray")  # engines that run the same torch loop
+# The torchrun run each engine is compared with: the same strategy, the same config.
+BASELINE_OF = {"torch_distributor": "DDP", "deepspeed": "DeepSpeed", "ray": "DDP"}
+HANDOFF_ENGINE = {"DDP": "torch_distributor", "DeepSpeed": "deepspeed"}
 SLOW_TO_START = {"ray": 1}  # Ray on Spark takes minutes to start on 2 cores: one run keeps the whole under 15 minutes
 
 
@@ -69,15 +74,18 @@ def run(work_dir: str, quick: bool, log=lambda line: print(line, flush=True)) ->
             None, "s", "every Spark-based engine pays it; torchrun reads what it wrote"),
     ]
     engines = _present(TORCH_LOOP_ENGINES)
-    sides = {"torchrun": lambda: _torchrun(staged, work / "torchrun", sizes)}
+    sides = {}
+    for strategy in dict.fromkeys(BASELINE_OF[engine] for engine in engines):
+        command = _hand_off(strategy, table, work / f"torchrun-{strategy}", sizes)
+        sides[_baseline_name(strategy)] = lambda command=command: _torchrun(command)
     for engine in engines:
         sides[engine] = lambda engine=engine: _train_command(engine, table, work / engine, sizes)
     log(f"engines: {', '.join(sides)}; {sizes.repetitions} run(s) each (at most {SLOW_TO_START}), alternating")
     measured = alternate({name: _logged(name, side, log) for name, side in sides.items()}, sizes.repetitions,
                          at_most=SLOW_TO_START)
-    baseline = measured.pop("torchrun")
-    for engine, runs in measured.items():
-        rows += _compare(engine, runs, baseline, spark_seconds + staging_seconds)
+    for engine in engines:
+        baseline = _baseline_name(BASELINE_OF[engine])
+        rows += _compare(engine, measured[engine], measured[baseline], baseline, spark_seconds + staging_seconds)
     rows += [Row("engines", engine, 0.0, None, "s", f"skipped: engines/{engine}.py absent")
              for engine in TORCH_LOOP_ENGINES if engine not in engines]
     if _present(("spark_ml_connect",)):
@@ -89,16 +97,21 @@ def run(work_dir: str, quick: bool, log=lambda line: print(line, flush=True)) ->
     return rows
 
 
-def _compare(engine: str, runs: list[PathRun], baseline: list[PathRun], spark_and_staging: float) -> list[Row]:
+def _compare(engine: str, runs: list[PathRun], baseline: list[PathRun], baseline_name: str,
+             spark_and_staging: float) -> list[Row]:
     around, around_baseline = median([run.around_the_loop for run in runs]), median([r.around_the_loop for r in baseline])
     return [
         Row("engines", f"{engine}: steady-state throughput", median([run.metrics["samples_per_second"] for run in runs]),
             median([run.metrics["samples_per_second"] for run in baseline]), "samples/s",
-            f"{PROCESSES} CPU processes, after the first epoch; baseline: torchrun"),
+            f"{PROCESSES} CPU processes, after the first epoch; baseline: {baseline_name}"),
         Row("engines", f"{engine}: start-up and teardown around the loop", around, around_baseline, "s",
-            f"adds {around - around_baseline:.1f} s to torchrun's, {spark_and_staging:.1f} s of it Spark start and "
-            "staging"),
+            f"adds {around - around_baseline:.1f} s to {baseline_name}'s, {spark_and_staging:.1f} s of it Spark "
+            "start and staging"),
     ]
+
+
+def _baseline_name(strategy: str) -> str:
+    return f"torchrun ({strategy})"
 
 
 def _logged(name, side, log):
@@ -118,6 +131,7 @@ def _present(engines) -> list[str]:
 
 def _environment() -> dict:
     return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),  # command.sh's python
             "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")]))}
 
 
@@ -129,19 +143,23 @@ def _run(command: list[str], what: str, log_file: Path) -> None:
         raise RuntimeError(f"{what} failed (exit {completed.returncode}):\n{log_file.read_text()[-3000:]}")
 
 
-def _torchrun(staged, output_dir: Path, sizes: Sizes) -> PathRun:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(PROCESSES),
-               "-m", "distributed_training.training.train_staged", "--staging-dir", staged.directory,
-               "--output-dir", str(output_dir), "--epochs", str(sizes.epochs), "--no-resume"]
-    wall, _ = seconds(lambda: _run(command, "torchrun", output_dir.with_suffix(".log")))
+def _hand_off(strategy: str, table: str, output_dir: Path, sizes: Sizes) -> Path:
+    """Stage and plan the baseline's run (not timed); the torchrun command it wrote."""
+    _command(HANDOFF_ENGINE[strategy], table, output_dir, sizes, "--handoff-to-torchrun")
+    return output_dir / "torchrun" / "command.sh"
+
+
+def _torchrun(command: Path) -> PathRun:
+    output_dir = command.parent.parent
+    wall, _ = seconds(lambda: _run(["bash", str(command)], "torchrun", output_dir.with_suffix(".log")))
     return PathRun(wall, json.loads((output_dir / "metrics.json").read_text()))
 
 
-def _command(engine: str, table: str, output_dir: Path, sizes: Sizes) -> None:
+def _command(engine: str, table: str, output_dir: Path, sizes: Sizes, *options: str) -> None:
     command = [sys.executable, "-m", "distributed_training", "train", "--engine", engine, "--local", "--table", table,
                "--output-dir", str(output_dir), "--processes", str(PROCESSES), "--epochs", str(sizes.epochs),
-               "--seed", "3", "--no-resume", "--no-tracking"]
-    _run(command, f"train --engine {engine}", output_dir.with_suffix(".log"))
+               "--seed", "3", "--no-resume", "--no-tracking", *options]
+    _run(command, f"train --engine {engine} {' '.join(options)}".strip(), output_dir.with_suffix(".log"))
 
 
 def _train_command(engine: str, table: str, output_dir: Path, sizes: Sizes) -> PathRun:

@@ -110,11 +110,16 @@ def run(args: argparse.Namespace) -> int:
             return 0
         result = engine.train(spark, settings)
     except LaunchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        failure = error
+    else:
+        failure = None
     finally:
+        # Stopped before the error is printed: what Spark logs as it winds down (cancelled jobs) comes above it.
         if spark is not None and args.local:
             spark.stop()
+    if failure is not None:
+        print(f"error: {failure}", file=sys.stderr, flush=True)
+        return 1
     _report(settings, result, time.perf_counter() - started)
     return 0
 
