@@ -38,18 +38,15 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def alternate(sides: dict[str, Callable[[], object]], repetitions: int,
-              at_most: dict[str, int] | None = None) -> dict[str, list]:
+def alternate(sides: dict[str, Callable[[], object]], repetitions: int) -> dict[str, list]:
     """Run every side once per repetition, starting each repetition with the next side, so that a slow spell of
-    the machine is shared out; returns each side's measurements in order. `at_most` caps the runs of sides too
-    slow to repeat."""
+    the machine is shared out; returns each side's measurements in order."""
     names = list(sides)
     measured: dict[str, list] = {name: [] for name in names}
     for repetition in range(repetitions):
         shift = repetition % len(names)
         for name in names[shift:] + names[:shift]:
-            if len(measured[name]) < (at_most or {}).get(name, repetitions):
-                measured[name].append(sides[name]())
+            measured[name].append(sides[name]())
     return measured
 
 
