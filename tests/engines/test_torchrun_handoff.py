@@ -27,17 +27,19 @@ def environment(**extra):
 @pytest.mark.engine
 @pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed"])
 def test_the_serverless_command_trains_what_the_stage_step_planned(tmp_path, engine):
+    """As in the job: the config goes beside the staged data, the command to the (workspace) path the GPU task runs."""
     output = tmp_path / "run"
+    command = tmp_path / "workspace" / ".bundle" / "torchrun" / engine / "command.sh"
     staged = subprocess.run(
         [sys.executable, "-m", "distributed_training", "train", "--engine", engine, "--local", "--handoff-to-torchrun",
-         "--output-dir", str(output), "--epochs", "3"],
+         "--output-dir", str(output), "--command-path", str(command), "--epochs", "3"],
         capture_output=True, text=True, env=environment(), timeout=300,
     )
     assert staged.returncode == 0, staged.stdout[-3000:] + staged.stderr[-3000:]
-    command = output / "torchrun" / "command.sh"
     assert f"command  {command}" in staged.stdout
     assert not (output / "metrics.json").exists(), "the stage step must not train"
 
+    assert not (output / "torchrun" / "command.sh").exists()
     trained = subprocess.run(["bash", str(command)], cwd=tmp_path, capture_output=True, text=True,
                              env=environment(), timeout=300)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]

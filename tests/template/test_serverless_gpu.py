@@ -50,8 +50,9 @@ def test_serverless_projects_validate_and_hand_the_run_to_torchrun(render, bundl
     assert train["depends_on"] == [{"task_key": "stage"}]
     (deployment,) = train["ai_runtime_task"]["deployments"]
     assert deployment["compute"] == {"accelerator_type": accelerator_type, "accelerator_count": accelerator_count}
-    # The GPU task runs the command the stage task writes: the two must name the same folder.
-    assert deployment["command_path"] == option(parameters, "--output-dir") + "/torchrun/command.sh"
+    # The GPU task runs the command the stage task writes: the two must name the same file.
+    assert deployment["command_path"] == option(parameters, "--command-path")
+    assert deployment["command_path"].startswith("${workspace.root_path}/")  # a workspace file, as the platform runs
     environments = {environment["environment_key"]: environment["spec"] for environment in job["environments"]}
     assert {stage["environment_key"], train["environment_key"]} == set(environments)
     assert all("../dist/*.whl" in spec["dependencies"] for spec in environments.values())
@@ -128,6 +129,16 @@ def test_validate_catches_hand_edits_of_a_serverless_job(render, edit, rule):
     edit_gpu_task(project, "torch_distributor", edit)
     findings = validate_bundle(project, targets=["dev"])["dev"]
     assert rule in {finding.rule for finding in findings if finding.is_error}, [str(f) for f in findings]
+
+
+def test_a_command_path_outside_the_workspace_is_a_warning_with_the_fix(render):
+    project = render(compute="serverless_gpu")
+    assert "serverless-gpu-command-path" not in {f.rule for f in validate_bundle(project, targets=["dev"])["dev"]}
+    edit_gpu_task(project, "torch_distributor", lambda job: job["tasks"][1]["ai_runtime_task"]["deployments"][0]
+                  .update(command_path="/Volumes/main/default/training/torchrun/command.sh"))
+    (finding,) = [f for f in validate_bundle(project, targets=["dev"])["dev"] if f.rule == "serverless-gpu-command-path"]
+    assert finding.severity == "warning" and "/Volumes/main/default/training" in finding.message
+    assert "--command-path" in finding.fix and finding.path.endswith("deployments[0].command_path")
 
 
 @pytest.mark.parametrize("model", ["gpt2", "llama-7b", "llama-70b"])

@@ -24,6 +24,8 @@ TRAIN = ["train", "--engine", "torch_distributor"]
      "--output-dir /tmp/run is not shared between nodes"),
     (["--output-dir", "/Volumes/c/s/v/run", "--handoff-to-torchrun"],
      "--handoff-to-torchrun plans a run on GPU nodes this task does not see: give --gpus-per-node"),
+    (["--local", "--command-path", "/Workspace/run/command.sh"],
+     "--command-path says where --handoff-to-torchrun writes its command, but the run is not handed off"),
 ])
 def test_settings_that_cannot_work_fail_with_one_clear_paragraph(options, message, capsys):
     assert main([*TRAIN, *options]) == 1

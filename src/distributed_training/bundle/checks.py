@@ -139,6 +139,7 @@ def _single_node_cluster(cluster: Mapping, path: Path) -> list[Finding]:
 
 
 CLASSIC_TASK_COMPUTE = ("job_cluster_key", "new_cluster", "existing_cluster_id", "libraries")
+NOT_WORKSPACE_PATHS = ("/Volumes/", "/dbfs/", "dbfs:", "s3:", "abfss:", "gs:")
 
 
 def serverless_gpu_findings(tree: Mapping) -> list[Finding]:
@@ -173,12 +174,25 @@ def _serverless_gpu_task(task_path: Path, task: Mapping) -> list[Finding]:
                                 f"ai_runtime_task has {len(deployments)} deployments; the preview runs exactly one",
                                 "give one deployment: every node runs its command", path=format_path(deployments_path)))
     for index, deployment in enumerate(deployments if isinstance(deployments, list) else []):
+        findings += _command_path(_mapping(deployment).get("command_path"), (*deployments_path, index, "command_path"))
         compute = _mapping(_mapping(deployment).get("compute"))
         if compute:
             prefix = format_path((*deployments_path, index, "compute")) + "."
             findings += serverless.check_accelerators(compute.get("accelerator_type"),
                                                       compute.get("accelerator_count"), prefix)
     return findings
+
+
+def _command_path(command_path, path: Path) -> list[Finding]:
+    """The platform documents command_path as a workspace file; a volume or DBFS path is not one."""
+    if not isinstance(command_path, str) or not command_path.startswith(NOT_WORKSPACE_PATHS):
+        return []
+    return [Finding("serverless-gpu-command-path",
+                    f"command_path {command_path} is not a workspace path, and the platform runs the script at a "
+                    "workspace path on each node",
+                    "write the script to a workspace file, e.g. ${workspace.root_path}/torchrun/command.sh (`train "
+                    "--handoff-to-torchrun --command-path` writes it there), and name that path",
+                    path=format_path(path), severity="warning")]
 
 
 def production_root_path_findings(root_tree: Mapping) -> list[Finding]:

@@ -92,6 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stage the data and write the run's config and torchrun command to "
                              "OUTPUT_DIR/torchrun/ instead of training (the serverless GPU job's first task; "
                              "its GPU task runs the command on every node)")
+    parser.add_argument("--command-path", metavar="FILE",
+                        help="with --handoff-to-torchrun: where the command goes (default "
+                             "OUTPUT_DIR/torchrun/command.sh); the serverless GPU job gives the workspace path its "
+                             "ai_runtime_task runs")
 
 
 def run(args: argparse.Namespace) -> int:

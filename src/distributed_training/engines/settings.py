@@ -50,6 +50,7 @@ class RunSettings:
     spark_ml_model: str = LINEAR
     # Stage and plan only: the loop then runs under torchrun elsewhere (a serverless GPU task), see torchrun_handoff
     handoff_to_torchrun: bool = False
+    command_path: str | None = None  # where the handoff writes the torchrun command; None: beside the config
 
 
 def settings_from_args(args) -> RunSettings:
@@ -120,11 +121,15 @@ def settings_from_args(args) -> RunSettings:
         spark_ml_api=args.spark_ml_api or CONNECT,
         spark_ml_model=args.spark_ml_model or LINEAR,
         handoff_to_torchrun=args.handoff_to_torchrun,
+        command_path=args.command_path and os.path.abspath(args.command_path),
     )
 
 
 def _check_handoff(args) -> None:
     if not args.handoff_to_torchrun:
+        if args.command_path:
+            raise LaunchError("--command-path says where --handoff-to-torchrun writes its command, but the run is not "
+                              "handed off: add --handoff-to-torchrun, or drop --command-path")
         return
     if args.engine not in SERVERLESS_ENGINES:
         raise LaunchError(f"--handoff-to-torchrun hands the torch loop to torchrun, but {args.engine} does not train "

@@ -7,9 +7,10 @@ OUTPUT_DIR/torchrun/
     config.json   the TrainingConfig (staged data, loop options, DeepSpeed config, MLflow experiment)
     command.sh    torchrun over the shared loop (`training.train_staged --config`), one process per GPU
 
-The second task (`ai_runtime_task`) runs command.sh on every node. Its path is fixed by the bundle's variables, so
-the job names it before it exists, and the values only known at run time (the output folder with the target's
-volume name, the job's parameters) reach the GPU nodes through these two files.
+The second task (`ai_runtime_task`) runs the command on every node. The platform runs a workspace file, so the job
+gives the stage task that path with `--command-path` (under the bundle's root path); the config stays in the volume
+beside the staged data. The job names both paths before they exist, and the values only known at run time (the
+output folder with the target's volume name, the job's parameters) reach the GPU nodes through these two files.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def hand_off(config: TrainingConfig, settings: RunSettings) -> str:
     config_path = os.path.join(directory, CONFIG_FILE)
     save_config(config, config_path)
     processes_per_node = settings.gpus_per_node or settings.processes or DEFAULT_LOCAL_PROCESSES
-    command_path = os.path.join(directory, COMMAND_FILE)
+    command_path = settings.command_path or os.path.join(directory, COMMAND_FILE)
+    os.makedirs(os.path.dirname(command_path), exist_ok=True)
     _write_atomically(command_path, command_script(config_path, processes_per_node, settings.num_nodes,
                                                    config.use_gpu))
     os.chmod(command_path, 0o755)
