@@ -62,3 +62,22 @@ def test_a_multi_node_command_stops_at_once_without_the_nodes_rank(tmp_path):
     completed = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=bare, timeout=30)
     assert completed.returncode == 2
     assert "NODE_RANK is not set: this 2-node run needs each node's rank" in completed.stderr
+
+
+def test_the_command_runs_the_code_the_task_unpacked_before_the_installed_wheel(tmp_path):
+    """The platform unpacks code_source_path on each node and names it CODE_SOURCE_PATH: that copy is what runs."""
+    code_source = tmp_path / "code_source"
+    loop = code_source / "distributed_training" / "training"
+    loop.mkdir(parents=True)
+    for package in (loop.parent, loop):
+        (package / "__init__.py").write_text("")
+    (loop / "train_staged.py").write_text(
+        "import os, sys\n"
+        "open(os.path.join(os.environ['MARKER_DIR'], 'rank-' + os.environ['RANK']), 'w').write(sys.argv[-1])\n")
+    script = tmp_path / "command.sh"
+    script.write_text(command_script("/staged/config.json", processes_per_node=2, nodes=1, use_gpu=False))
+    completed = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
+                               env=environment(CODE_SOURCE_PATH=str(code_source), MARKER_DIR=str(tmp_path)))
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert sorted(path.name for path in tmp_path.glob("rank-*")) == ["rank-0", "rank-1"]
+    assert (tmp_path / "rank-0").read_text() == "/staged/config.json"

@@ -53,6 +53,9 @@ def test_serverless_projects_validate_and_hand_the_run_to_torchrun(render, bundl
     # The GPU task runs the command the stage task writes: the two must name the same file.
     assert deployment["command_path"] == option(parameters, "--command-path")
     assert deployment["command_path"].startswith("${workspace.root_path}/")  # a workspace file, as the platform runs
+    # The nodes get the project's source (the package the command runs) from code_source_path, relative to the file.
+    package = stage["python_wheel_task"]["package_name"]
+    assert (project / "resources" / train["ai_runtime_task"]["code_source_path"] / package / "training").is_dir()
     environments = {environment["environment_key"]: environment["spec"] for environment in job["environments"]}
     assert {stage["environment_key"], train["environment_key"]} == set(environments)
     assert all("../dist/*.whl" in spec["dependencies"] for spec in environments.values())
@@ -139,6 +142,16 @@ def test_a_command_path_outside_the_workspace_is_a_warning_with_the_fix(render):
     (finding,) = [f for f in validate_bundle(project, targets=["dev"])["dev"] if f.rule == "serverless-gpu-command-path"]
     assert finding.severity == "warning" and "/Volumes/main/default/training" in finding.message
     assert "--command-path" in finding.fix and finding.path.endswith("deployments[0].command_path")
+
+
+def test_a_code_source_path_that_names_nothing_in_the_project_is_an_error_with_the_fix(render):
+    project = render(compute="serverless_gpu")
+    assert "code-source-missing" not in {f.rule for f in validate_bundle(project, targets=["dev"])["dev"]}
+    edit_gpu_task(project, "torch_distributor", lambda job: job["tasks"][1]["ai_runtime_task"]
+                  .update(code_source_path="./src"))  # relative to resources/, not to the project
+    (finding,) = [f for f in validate_bundle(project, targets=["dev"])["dev"] if f.rule == "code-source-missing"]
+    assert finding.is_error and finding.file == "resources/train_torch_distributor.job.yml"
+    assert "names resources/src" in finding.message and "../src" in finding.fix
 
 
 @pytest.mark.parametrize("model", ["gpt2", "llama-7b", "llama-70b"])

@@ -24,6 +24,7 @@ from typing import Iterable
 from ..compute.guards import check_bundle_clusters
 from ..findings import Finding
 from . import checks
+from .code_source import code_source_findings
 from .loader import IMPLICIT_TARGET, Bundle, NotABundle, load_bundle
 from .paths import parse_path
 from .references import Resolver, reference_findings, substitute
@@ -98,6 +99,7 @@ def _target_findings(bundle: Bundle, name: str, validator) -> list[Finding]:
     findings += checks.single_node_findings(resolved)
     findings += checks.serverless_gpu_findings(resolved)
     findings += wheel_task_findings(resolved, bundle.root)
+    findings += code_source_findings(tree, bundle.root, bundle.root_file.name)
     findings += check_bundle_clusters(resolved)
     return _with_files(findings, tree)
 

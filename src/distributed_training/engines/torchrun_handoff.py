@@ -11,6 +11,7 @@ The second task (`ai_runtime_task`) runs the command on every node. The platform
 gives the stage task that path with `--command-path` (under the bundle's root path); the config stays in the volume
 beside the staged data. The job names both paths before they exist, and the values only known at run time (the
 output folder with the target's volume name, the job's parameters) reach the GPU nodes through these two files.
+The task's `code_source_path` brings the project's source to every node; the command imports the loop from there.
 """
 
 from __future__ import annotations
@@ -64,7 +65,12 @@ def command_script(config_path: str, processes_per_node: int, nodes: int, use_gp
             '  fi\n'
             'done\n'
         )
-    environment = "" if use_gpu else "export DS_ACCELERATOR=cpu  # CPU processes: DeepSpeed must not look for CUDA\n"
+    environment = (
+        # The platform unpacks the task's code_source_path on each node and names it CODE_SOURCE_PATH: that copy of
+        # the project's code comes first; the wheel in the environment brings the dependencies.
+        'export PYTHONPATH="${CODE_SOURCE_PATH:+$CODE_SOURCE_PATH:}${PYTHONPATH:-}"\n'
+        + ("" if use_gpu else "export DS_ACCELERATOR=cpu  # CPU processes: DeepSpeed must not look for CUDA\n")
+    )
     loop = ["-m", f"{package}.training.train_staged", "--config", shlex.quote(config_path)]
     return (
         "#!/usr/bin/env bash\n"
