@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import importlib
 import keyword
 import re
 from typing import Mapping
 
+from . import serverless
+from .bundle.clusters import request_from_cluster
+from .clusters import default_spark_version, gpus_per_node, new_cluster
 from .compute.catalog import CLOUDS, default_catalog
-from .compute import serverless
-from .compute.clusters import STANDARD_RUNTIME, default_spark_version, new_cluster
-from .compute.engines import ENGINES, SPARK_ML_CONNECT
-from .compute.guards import check_cluster, request_from_cluster
+from .compute.guards import check_cluster
+from .compute.requirements import ENGINES, SPARK_ML_CONNECT
+from .compute.runtime import versions
 from .findings import Finding
 
 ALL_ENGINES = "all"
+TASKS = ("fare_regression", "causal_lm")
 SLUG = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 UC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 # Packages a generated project must not shadow: the runtime's own.
@@ -26,6 +30,11 @@ PROJECT_NAME = re.compile(r"[^\W_][\w .,'()&+-]{0,99}")
 
 def chosen_engines(answers: Mapping) -> list[str]:
     return list(ENGINES) if answers["engine"] == ALL_ENGINES else [answers["engine"]]
+
+
+def torch_engines(answers: Mapping) -> list[str]:
+    """The chosen engines that run the task's training loop (Spark ML trains a pipeline of its own)."""
+    return [engine for engine in chosen_engines(answers) if engine != SPARK_ML_CONNECT]
 
 
 def default_node_type(cloud: str, engine: str) -> str:
@@ -44,9 +53,39 @@ def job_cluster(answers: Mapping, engine: str) -> dict:
         cloud=answers["cloud"],
         node_type_id=answers["cpu_node_type_id"] if own_cpu_cluster else answers["node_type_id"],
         num_workers=int(answers["num_workers"]),
-        spark_version=STANDARD_RUNTIME if own_cpu_cluster else answers["spark_version"],
+        spark_version=versions()["runtime"] if own_cpu_cluster else answers["spark_version"],
         allow_unknown_node_type=answers.get("allow_unknown_node_type") == "yes",
     )
+
+
+# The job's values that a notebook asks for in widgets instead (see train_arguments).
+TABLE, OUTPUT_DIR, EPOCHS, EXPERIMENT = "<table>", "<output_dir>", "<epochs>", "<experiment>"
+TASK_ARGUMENTS = {"causal_lm": ["--model-size", "small"]}  # a GPU job trains more than the CPU tests' tiny model
+
+
+def train_arguments(answers: Mapping, engine: str) -> list[str]:
+    """The `train` command line of one engine's job, with placeholders for what the bundle (job) or a widget
+    (notebook) fills in: both render this one list, so a notebook runs exactly what its job runs."""
+    arguments = ["--engine", engine]
+    if engine != SPARK_ML_CONNECT:  # Spark ML keeps its own table (samples.nyctaxi.trips)
+        arguments += ["--table", TABLE]
+    arguments += ["--output-dir", OUTPUT_DIR, "--epochs", EPOCHS, "--mlflow-experiment", EXPERIMENT]
+    if engine == SPARK_ML_CONNECT:
+        # pyspark.ml over Spark Connect: the Standard runtime has no torch, which pyspark.ml.connect's evaluator needs.
+        return [*arguments, "--spark-ml-api", "classic"]
+    if is_serverless(answers):
+        nodes, gpus = nodes_and_gpus(answers)
+        arguments = [*arguments, "--handoff-to-torchrun"]
+    else:
+        cluster = job_cluster(answers, engine)
+        nodes, gpus = max(cluster.get("num_workers", 0), 1), gpus_per_node(cluster["node_type_id"])
+    return [*arguments, "--num-nodes", str(nodes), "--gpus-per-node", str(gpus),
+            *TASK_ARGUMENTS.get(answers.get("task", ""), [])]
+
+
+def task_table(answers: Mapping) -> str:
+    """The table the chosen task trains on by default."""
+    return importlib.import_module(f"{__package__}.tasks.{answers['task']}").DEFAULT_TABLE
 
 
 def is_serverless(answers: Mapping) -> bool:
@@ -128,6 +167,9 @@ def _check_plain_answers(answers: Mapping):
     if answers["cloud"] not in CLOUDS:
         yield Finding("invalid-cloud", f"cloud {answers['cloud']!r} is not one of {', '.join(CLOUDS)}",
                       f"answer one of {', '.join(CLOUDS)}", path="cloud")
+    if answers.get("task", TASKS[0]) not in TASKS:
+        yield Finding("invalid-task", f"task {answers['task']!r} is not one of {', '.join(TASKS)}",
+                      f"answer one of {', '.join(TASKS)}", path="task")
     if answers["engine"] not in (*ENGINES, ALL_ENGINES):
         yield Finding("invalid-engine", f"engine {answers['engine']!r} is not one of {', '.join(ENGINES)}, all",
                       f"answer one of {', '.join(ENGINES)} or all", path="engine")

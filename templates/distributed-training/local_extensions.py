@@ -1,29 +1,47 @@
-"""Jinja extension for the template: the shared library's answer logic, available while rendering.
+"""Jinja extension for the template: the tool's answer logic, available while rendering.
 
-Cookiecutter puts this folder on sys.path for `_extensions`; the shared library lives two folders up, in the
-repository's `src/` (the template is always used from a checkout or clone of the whole repository).
+Cookiecutter puts this folder on sys.path for `_extensions`; the tool lives two folders up, in the repository's
+`src/` (the template is always used from a checkout or a clone of the whole repository).
 """
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 from jinja2.ext import Extension
 
-SHARED_SOURCE = Path(__file__).resolve().parents[2] / "src"
+REPOSITORY = Path(__file__).resolve().parents[2]
+SHARED_SOURCE = REPOSITORY / "src"
 if str(SHARED_SOURCE) not in sys.path:
     sys.path.insert(0, str(SHARED_SOURCE))
 
-from distributed_training import answers  # noqa: E402  (needs the path above)
-from distributed_training.compute import clusters, serverless  # noqa: E402
+from distributed_training import answers, clusters, serverless  # noqa: E402  (needs the path above)
+from distributed_training.compute.runtime import versions  # noqa: E402
+
+TOOL = "distributed-training[validate,remote]"
 
 
 def _to_yaml(value, indent: int = 0) -> str:
     """A mapping as block YAML, every line after the first indented by `indent` spaces."""
     text = yaml.safe_dump(value, sort_keys=False, default_flow_style=False).rstrip("\n")
     return text.replace("\n", "\n" + " " * indent)
+
+
+def tool_requirement(template: str) -> str:
+    """Where a generated project gets this repository's tooling (validate, advise, run) as a development dependency:
+    the commit of the git repository it was generated from, or the local checkout it was generated from."""
+    if re.match(r"^(\w+://|git@|gh:|gl:|bb:|git\+)", template):
+        url = template.removeprefix("git+")
+        if url.startswith("gh:"):
+            url = f"https://github.com/{url[3:]}"
+        commit = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+        return f"{TOOL} @ git+{url}" + (f"@{commit}" if commit else "")
+    return f"{TOOL} @ {REPOSITORY.as_uri()}"
 
 
 class BundleAnswers(Extension):
@@ -38,8 +56,13 @@ class BundleAnswers(Extension):
             nodes_and_gpus=answers.nodes_and_gpus,
             default_accelerator_count=serverless.default_accelerator_count,
             chosen_engines=answers.chosen_engines,
+            torch_engines=answers.torch_engines,
+            train_arguments=answers.train_arguments,
+            task_table=answers.task_table,
             gpus_per_node=clusters.gpus_per_node,
             connect_version=clusters.databricks_connect_version,
+            tool_requirement=tool_requirement,
+            versions=versions(),
             shared_source=str(SHARED_SOURCE),
         )
         environment.filters["to_yaml"] = _to_yaml

@@ -13,7 +13,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any, Mapping
 
 from ..findings import Finding
-from .checks import jobs_of
+from .clusters import jobs_of
 from .paths import Path, format_path
 
 INSTALL_HINT = "pip install databricks-bundles"

@@ -5,8 +5,9 @@ Layers, for every target (or the bundle itself when it declares none):
 2. the CLI's JSON schema, when one is given: every file, the merged files, each target (see `schema`);
 3. the typed job classes of databricks-bundles (see `typed`);
 4. references and variables, and rules the schema cannot express (see `references`, `checks`, `wheel_tasks`),
-   serverless GPU tasks among them (`compute.serverless`);
-5. the compute guards on every cluster (`compute.guards.check_bundle_clusters`).
+   serverless GPU tasks among them (`serverless_tasks`);
+5. the compute guards on every cluster (`clusters`), over the project's own node-type catalog when it has one
+   (src/<package>/compute/node_types.yaml), else this package's.
 
 Exit codes: 0 no errors (warnings are printed), 1 errors, 2 bad usage (no bundle there, unknown target,
 unusable schema file).
@@ -21,14 +22,15 @@ from dataclasses import replace
 from pathlib import Path as FilePath
 from typing import Iterable
 
-from ..compute.guards import check_bundle_clusters
+from ..compute.catalog import Catalog, CatalogError, default_catalog, load_catalog
 from ..findings import Finding
 from . import checks
-from .code_source import code_source_findings
+from .clusters import guard_findings
 from .loader import IMPLICIT_TARGET, Bundle, NotABundle, load_bundle
 from .paths import parse_path
 from .references import Resolver, reference_findings, substitute
 from .schema import SCHEMA_ENV, SchemaUnavailable, load_validator, schema_findings
+from .serverless_tasks import serverless_gpu_findings
 from .sourced import file_at
 from .typed import typed_findings
 from .variables import missing_value_findings, target_variables, undeclared_target_variable_findings
@@ -52,9 +54,14 @@ def validate_bundle(bundle_dir: str | FilePath, targets: Iterable[str] | None = 
     validator = load_validator(schema_path) if schema_path is not None else None
     names = _chosen_targets(bundle, targets)
     shared = _bundle_findings(bundle, validator)
+    try:
+        catalog = project_catalog(bundle.root)
+    except CatalogError as error:
+        shared.append(Finding("catalog", str(error), "fix the node-type catalog (each family needs every field)"))
+        catalog = default_catalog()
     report = {}
     for name in names:
-        own = [finding for finding in _target_findings(bundle, name, validator)
+        own = [finding for finding in _target_findings(bundle, name, validator, catalog)
                if not _reported_already(finding, shared, name)]
         report[name] = shared + _unique(own)
     return report
@@ -85,7 +92,7 @@ def _bundle_findings(bundle: Bundle, validator) -> list[Finding]:
     return _unique(findings)
 
 
-def _target_findings(bundle: Bundle, name: str, validator) -> list[Finding]:
+def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog) -> list[Finding]:
     tree = bundle.target_tree(name)
     variables = target_variables(tree)
     resolver = Resolver(tree, name, variables)
@@ -97,11 +104,17 @@ def _target_findings(bundle: Bundle, name: str, validator) -> list[Finding]:
     resolved = substitute(tree, resolver)
     findings += checks.job_cluster_key_findings(resolved)
     findings += checks.single_node_findings(resolved)
-    findings += checks.serverless_gpu_findings(resolved)
+    findings += serverless_gpu_findings(resolved, tree, bundle.root, bundle.root_file.name)
     findings += wheel_task_findings(resolved, bundle.root)
-    findings += code_source_findings(tree, bundle.root, bundle.root_file.name)
-    findings += check_bundle_clusters(resolved)
+    findings += guard_findings(resolved, catalog)
     return _with_files(findings, tree)
+
+
+def project_catalog(bundle_root: FilePath) -> Catalog:
+    """The node-type catalog a generated project carries (and its user may have edited), else this package's."""
+    for path in sorted(bundle_root.glob("src/*/compute/node_types.yaml")):
+        return load_catalog(path)
+    return default_catalog()
 
 
 def _with_files(findings: list[Finding], tree) -> list[Finding]:

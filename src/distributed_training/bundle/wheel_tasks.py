@@ -12,7 +12,7 @@ from pathlib import Path as FilePath
 from typing import Any, Mapping
 
 from ..findings import Finding
-from .checks import jobs_of, tasks_of
+from .clusters import jobs_of, tasks_of
 from .paths import format_path
 
 

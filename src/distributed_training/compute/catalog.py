@@ -18,6 +18,13 @@ NODE_FIELDS = ("id", "gpus", "vcpus", "memory_gb")
 
 
 @dataclass(frozen=True)
+class Retirement:
+    date: str
+    source: str
+    replacements: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class NodeType:
     id: str
     cloud: str
@@ -33,6 +40,7 @@ class NodeType:
     source: str
     notes: str | None = None
     multi_gpu_broken: bool = False
+    retired: Retirement | None = None
 
     @property
     def has_gpu(self) -> bool:
@@ -56,7 +64,7 @@ class Catalog:
         return [node for node in self.node_types if node.family == family]
 
     def closest(self, node_type_id: str, cloud: str | None = None, count: int = 3) -> list[str]:
-        candidates = [node.id for node in self.node_types if cloud is None or node.cloud == cloud]
+        candidates = [node.id for node in self.node_types if (cloud is None or node.cloud == cloud) and not node.retired]
         by_lower = {name.lower(): name for name in candidates}
         matches = difflib.get_close_matches(node_type_id.lower(), list(by_lower), n=count, cutoff=0.5)
         return [by_lower[match] for match in matches]
@@ -76,6 +84,12 @@ def _family_node_types(family: dict, where: str) -> list[NodeType]:
                            f"use one of {MULTI_NODE_VERDICTS}")
     if family["network"] not in NETWORKS:
         raise CatalogError(f"{where}: family {family['family']!r} has network {family['network']!r}; use one of {NETWORKS}")
+    retired = family.get("retired")
+    if retired is not None:
+        missing = [name for name in ("date", "source", "replacements") if name not in retired]
+        if missing:
+            raise CatalogError(f"{where}: family {family['family']!r} has retired without {', '.join(missing)}")
+        retired = Retirement(str(retired["date"]), retired["source"], tuple(retired["replacements"]))
     node_types = []
     for entry in family["node_types"]:
         missing = [name for name in NODE_FIELDS if name not in entry]
@@ -87,7 +101,7 @@ def _family_node_types(family: dict, where: str) -> list[NodeType]:
             gpu_model=family["gpu_model"], gpu_memory_gb=float(family["gpu_memory_gb"]), vcpus=int(entry["vcpus"]),
             memory_gb=float(entry["memory_gb"]), network=family["network"], multi_node=family["multi_node"],
             reason=family["reason"], source=family["source"], notes=family.get("notes"),
-            multi_gpu_broken=bool(entry.get("multi_gpu_broken", False)),
+            multi_gpu_broken=bool(entry.get("multi_gpu_broken", False)), retired=retired,
         ))
     return node_types
 
@@ -102,6 +116,11 @@ def load_catalog(path: Path | str = CATALOG_FILE) -> Catalog:
             raise CatalogError(f"{path}: node type {node.id!r} is listed twice")
         seen.add(node.id)
     catalog = Catalog(node_types, document["defaults"])
+    for node in node_types:
+        for replacement in node.retired.replacements if node.retired else ():
+            if catalog.find(replacement) is None or catalog.find(replacement).retired:
+                raise CatalogError(f"{path}: {node.id} names {replacement!r} as a replacement, which is not a "
+                                   "current node type of the catalog")
     for cloud in CLOUDS:
         for kind in ("gpu", "cpu"):
             default = catalog.find(document["defaults"][cloud][kind])

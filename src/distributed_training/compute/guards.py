@@ -1,7 +1,12 @@
 """Guards: the platform's rules for training clusters, over the node-type catalog.
 
-One set of rules, applied in three places: the template's pre-generation hook (through `answers`), `validate`
-on any bundle (`check_bundle_clusters`) and the preflight at the start of a training run.
+One set of rules, applied in three places: the template's answer checks, `validate` on every cluster of a bundle
+(both in this project's tooling), and the preflight at the start of every training run.
+
+The driver of a multi-node cluster is a node of the workers' type. Databricks' GPU compute docs for AWS require the
+driver and worker types both to be GPU instance types; Azure's no longer say so for the driver, but no document
+allows a CPU driver outright. So a CPU driver beside GPU workers is an error on AWS and a warning elsewhere, though
+with `local_mode=False` TorchDistributor and DeepSpeed train on the workers only and the driver's GPUs idle.
 """
 
 from __future__ import annotations
@@ -11,8 +16,8 @@ from typing import Any, Callable, Iterator
 
 from ..findings import Finding
 from .catalog import Catalog, NodeType, default_catalog
-from .engines import ENGINES, REQUIREMENTS, SPARK_ML_CONNECT
-from .runtime import Runtime, parse_runtime, version_text
+from .requirements import ENGINES, REQUIREMENTS, SPARK_ML_CONNECT
+from .runtime import Runtime, effective, parse_runtime, version_text, versions
 
 STANDARD_MODES = ("USER_ISOLATION", "DATA_SECURITY_MODE_STANDARD")
 # Custom tag on a cluster that records the user's "I know this node type" answer.
@@ -21,7 +26,7 @@ OVERRIDE_TAG = "allow_unknown_node_type"
 
 @dataclass(frozen=True)
 class ClusterRequest:
-    """A training cluster as a job asks for it (built from template answers or read back from a bundle)."""
+    """A training cluster as a job asks for it (from template answers, a bundle, or the cluster itself)."""
 
     node_type_id: str
     num_workers: int
@@ -32,34 +37,12 @@ class ClusterRequest:
     runtime_engine: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
     allow_unknown_node_type: bool = False
+    use_ml_runtime: bool = False
+    driver_node_type_id: str | None = None
 
 
 def is_reference(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
-
-
-def _mapping(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def request_from_cluster(cluster: dict, engines: tuple[str, ...] = (), cloud: str | None = None) -> ClusterRequest:
-    """Read a `new_cluster` mapping (as in a bundle) back into a request. Unresolved `${...}` values stay as text;
-    malformed parts (the schema's findings) are read as absent."""
-    num_workers = cluster.get("num_workers", 0)
-    autoscale = _mapping(cluster.get("autoscale"))
-    if "max_workers" in autoscale:
-        num_workers = autoscale["max_workers"]
-    return ClusterRequest(
-        node_type_id=str(cluster.get("node_type_id", "")),
-        num_workers=num_workers if isinstance(num_workers, int) else 0,
-        spark_version=str(cluster.get("spark_version", "")),
-        engines=engines,
-        cloud=cloud,
-        data_security_mode=cluster.get("data_security_mode"),
-        runtime_engine=cluster.get("runtime_engine"),
-        spark_conf={str(key): str(value) for key, value in _mapping(cluster.get("spark_conf")).items()},
-        allow_unknown_node_type=str(_mapping(cluster.get("custom_tags")).get(OVERRIDE_TAG, "")).lower() == "true",
-    )
 
 
 def check_cluster(request: ClusterRequest, path: str | None = None, catalog: Catalog | None = None) -> list[Finding]:
@@ -77,8 +60,10 @@ def check_cluster(request: ClusterRequest, path: str | None = None, catalog: Cat
     if runtime is None and not is_reference(request.spark_version):
         findings.append(Finding(
             "unknown-spark-version", f"spark_version {request.spark_version!r} is not a Databricks Runtime version",
-            "use a version string such as 17.3.x-gpu-ml-scala2.13 (GPU ML) or 17.3.x-cpu-ml-scala2.13 (CPU ML); "
+            f"use a version string such as {versions()['runtime']} (with use_ml_runtime: true for ML); "
             "`databricks clusters spark-versions` lists them", path=at("spark_version")))
+    if runtime is not None:
+        runtime = effective(runtime, request.use_ml_runtime, node is not None and node.has_gpu)
     if node is not None:
         findings += _node_rules(request, node, catalog, at)
     if node is not None and runtime is not None:
@@ -103,11 +88,18 @@ def _unknown_node_type(request: ClusterRequest, catalog: Catalog, path: str) -> 
 
 
 def _node_rules(request: ClusterRequest, node: NodeType, catalog: Catalog, at: Callable[[str], str]) -> Iterator[Finding]:
-    largest = max(catalog.family(node.family), key=lambda member: member.gpus)
+    if node.retired:
+        yield Finding("retired-node-type", f"{node.id} was retired by {node.cloud} on {node.retired.date} "
+                      f"({node.retired.source}): a cluster of it cannot start",
+                      f"use {', '.join(node.retired.replacements)} (or another current size of the catalog)",
+                      path=at("node_type_id"))
+        return
+    current = [member for member in catalog.family(node.family) if not member.retired]
+    largest = max(current, key=lambda member: member.gpus)
     single_node_fix = f"num_workers: 0 on {largest.id} ({largest.gpus} x {largest.gpu_model})"
     if request.cloud and node.cloud != request.cloud:
         yield Finding("node-type-wrong-cloud", f"{node.id} is an {node.cloud} node type, not {request.cloud}",
-                      f"pick a {request.cloud} node type, or set cloud={node.cloud}", path=at("node_type_id"))
+                      f"pick a {request.cloud} node type, or answer cloud={node.cloud}", path=at("node_type_id"))
     if request.num_workers > 0 and node.has_gpu:
         workers = f"{request.num_workers} worker{'s' if request.num_workers > 1 else ''} of {node.id}"
         if node.multi_node == "refuse" and node.cloud == "azure" and node.family.startswith("NC"):
@@ -125,20 +117,26 @@ def _node_rules(request: ClusterRequest, node: NodeType, catalog: Catalog, at: C
     if node.multi_gpu_broken and (node.gpus > 1 or request.num_workers > 0):
         yield Finding("multi-gpu-broken", f"{node.id}: {node.notes}",
                       "use a single-GPU size of the family, or another family", path=at("node_type_id"))
+    driver = catalog.find(request.driver_node_type_id or "")
+    if driver is not None and node.has_gpu and not driver.has_gpu and request.num_workers > 0:
+        yield Finding("cpu-driver-gpu-workers", f"driver {driver.id} has no GPU beside GPU workers of {node.id}: "
+                      "Databricks' GPU docs ask for GPU driver and worker types" +
+                      ("" if node.cloud == "aws" else " (on AWS; unconfirmed elsewhere)"),
+                      f"drop driver_node_type_id (the driver is then a {node.id})", path=at("driver_node_type_id"),
+                      severity="error" if node.cloud == "aws" else "warning")
 
 
 def _node_runtime_rules(node: NodeType, runtime: Runtime, at: Callable[[str], str]) -> Iterator[Finding]:
     if node.has_gpu and not runtime.gpu:
         yield Finding("gpu-node-cpu-runtime", f"{node.id} has {node.gpus} GPU(s) but {runtime.spark_version} "
-                      "has no GPU support", "use a GPU ML runtime such as 17.3.x-gpu-ml-scala2.13",
-                      path=at("spark_version"))
+                      "runs without GPU support", f"set use_ml_runtime: true with {versions()['runtime']} (or a GPU "
+                      "ML runtime key such as 17.3.x-gpu-ml-scala2.13)", path=at("spark_version"))
     if runtime.gpu and not node.has_gpu:
         yield Finding("gpu-runtime-cpu-node", f"{runtime.spark_version} is a GPU runtime but {node.id} has no GPU",
-                      "pick a GPU node type, or a CPU runtime such as 17.3.x-cpu-ml-scala2.13",
-                      path=at("node_type_id"))
+                      "pick a GPU node type, or a CPU runtime", path=at("node_type_id"))
     if node.has_gpu and runtime.photon:
         yield Finding("photon-on-gpu", f"Photon is not supported on GPU node {node.id}",
-                      "use a GPU ML runtime without Photon such as 17.3.x-gpu-ml-scala2.13", path=at("spark_version"))
+                      f"use {versions()['runtime']} with use_ml_runtime: true", path=at("spark_version"))
 
 
 def _access_rules(request: ClusterRequest, node: NodeType | None, runtime: Runtime,
@@ -146,7 +144,7 @@ def _access_rules(request: ClusterRequest, node: NodeType | None, runtime: Runti
     if request.data_security_mode in STANDARD_MODES and (runtime.ml or (node is not None and node.has_gpu)):
         yield Finding("ml-on-standard-access",
                       f"Standard access mode ({request.data_security_mode}) supports neither ML runtimes nor GPUs",
-                      "set data_security_mode: SINGLE_USER (dedicated access)", path=at("data_security_mode"))
+                      f"set data_security_mode: {versions()['access_modes']['dedicated']}", path=at("data_security_mode"))
     if node is not None and node.has_gpu and (request.runtime_engine or "").upper() == "PHOTON":
         yield Finding("photon-on-gpu", f"Photon is not supported on GPU node {node.id}",
                       "remove runtime_engine: PHOTON (or set STANDARD)", path=at("runtime_engine"))
@@ -158,27 +156,25 @@ def _engine_rules(engine: str, request: ClusterRequest, node: NodeType | None, r
         yield Finding("unknown-engine", f"engine {engine!r} is not one of {', '.join(ENGINES)}",
                       f"use one of {', '.join(ENGINES)}", path=at("engine"))
         return
-    needs = REQUIREMENTS[engine]
+    needs, ml_fix = REQUIREMENTS[engine], f"use {versions()['runtime']} with use_ml_runtime: true"
     if engine == SPARK_ML_CONNECT and not runtime.ml:
         if runtime.version < needs.min_standard_runtime:
             yield Finding("runtime-too-old", f"Spark ML through Spark Connect needs Databricks Runtime "
                           f"{version_text(needs.min_standard_runtime)}+ on a standard runtime; "
                           f"{runtime.spark_version} is {runtime.label}",
-                          "use 17.3.x-scala2.13 (17.3 LTS) with Standard access, or a 14.0+ ML runtime with "
+                          f"use {versions()['runtime']} with Standard access, or an ML runtime (14.0+) with "
                           "dedicated access", path=at("spark_version"))
     elif not runtime.ml:
         yield Finding("engine-needs-ml-runtime", f"{engine} needs a Databricks Runtime ML; {runtime.spark_version} "
-                      "is not one", "use 17.3.x-gpu-ml-scala2.13 (GPU) or 17.3.x-cpu-ml-scala2.13 (CPU)",
-                      path=at("spark_version"))
+                      "is not one", ml_fix, path=at("spark_version"))
     elif runtime.version < needs.min_ml_runtime:
         yield Finding("runtime-too-old", f"{engine} needs Databricks Runtime {version_text(needs.min_ml_runtime)} ML "
-                      f"or newer; {runtime.spark_version} is {runtime.label}",
-                      "use 17.3.x-gpu-ml-scala2.13 (17.3 LTS ML)", path=at("spark_version"))
+                      f"or newer; {runtime.spark_version} is {runtime.label}", ml_fix, path=at("spark_version"))
     if node is None:
         return
     if needs.needs_gpu and not node.has_gpu:
         yield Finding("engine-needs-gpu", f"{engine} needs GPU nodes; {node.id} has none",
-                      "pick a GPU node type and a GPU ML runtime (17.3.x-gpu-ml-scala2.13)", path=at("node_type_id"))
+                      "pick a GPU node type", path=at("node_type_id"))
     if node.has_gpu and not needs.uses_gpu:
         yield Finding("gpu-unused", f"{engine} trains on CPUs; the GPUs of {node.id} would sit idle",
                       "use a CPU node type (Standard_D8ds_v5, m5d.2xlarge, n2-standard-8)",
@@ -189,41 +185,3 @@ def _engine_rules(engine: str, request: ClusterRequest, node: NodeType | None, r
         yield Finding("gpu-task-amount", f"{engine} on a multi-node GPU cluster needs spark.task.resource.gpu.amount "
                       f"{wanted}; it is {actual if actual is not None else 'not set'}",
                       f'set spark.task.resource.gpu.amount: "{wanted}" in the cluster\'s spark_conf', path=at("spark_conf"))
-
-
-def _list(value: Any) -> list:
-    return value if isinstance(value, list) else []
-
-
-def task_engine(task: dict) -> str | None:
-    """The `--engine` a task's `train` wheel task is given, if any."""
-    parameters = _list(_mapping(task.get("python_wheel_task")).get("parameters"))
-    for flag, value in zip(parameters, parameters[1:]):
-        if flag == "--engine":
-            return str(value)
-    return None
-
-
-def check_bundle_clusters(tree: dict, catalog: Catalog | None = None) -> list[Finding]:
-    """Findings for every job cluster of a merged bundle tree (one target), with `path` set inside the tree."""
-    findings: list[Finding] = []
-    for job_key, job in _mapping(_mapping(tree.get("resources")).get("jobs")).items():
-        if not isinstance(job, dict):
-            continue
-        tasks = [task for task in _list(job.get("tasks")) if isinstance(task, dict)]
-        engines_by_cluster: dict[str, list[str]] = {}
-        for index, task in enumerate(tasks):
-            engine = task_engine(task)
-            if engine and isinstance(task.get("job_cluster_key"), str):
-                engines_by_cluster.setdefault(task["job_cluster_key"], []).append(engine)
-            if isinstance(task.get("new_cluster"), dict):
-                request = request_from_cluster(task["new_cluster"], (engine,) if engine else ())
-                findings += check_cluster(request, f"resources.jobs.{job_key}.tasks[{index}].new_cluster", catalog)
-        for index, job_cluster in enumerate(_list(job.get("job_clusters"))):
-            if not isinstance(job_cluster, dict) or not isinstance(job_cluster.get("new_cluster"), dict):
-                continue
-            key = job_cluster.get("job_cluster_key")
-            engines = tuple(dict.fromkeys(engines_by_cluster.get(key, []))) if isinstance(key, str) else ()
-            request = request_from_cluster(job_cluster["new_cluster"], engines)
-            findings += check_cluster(request, f"resources.jobs.{job_key}.job_clusters[{index}].new_cluster", catalog)
-    return findings

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..findings import Finding
-from .engines import REQUIREMENTS
+from .requirements import REQUIREMENTS
 from .guards import ClusterRequest, check_cluster
 
 # Cluster facts that Databricks exposes as Spark confs on every cluster.

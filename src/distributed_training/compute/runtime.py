@@ -1,9 +1,16 @@
-"""Databricks Runtime versions (`spark_version` strings such as `17.3.x-gpu-ml-scala2.13`)."""
+"""Databricks Runtime versions (`spark_version` strings such as `17.3.x-scala2.13`, `17.3.x-gpu-ml-scala2.13`), and
+the versions file (`versions.yaml` beside this file) that names the ones the project uses."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+VERSIONS_FILE = Path(__file__).with_name("versions.yaml")
 
 _SPARK_VERSION = re.compile(
     r"^(?P<major>\d+)\.(?P<minor>\d+)\.x"
@@ -45,6 +52,19 @@ def parse_runtime(spark_version: str) -> Runtime | None:
         gpu="gpu" in flavour,
         photon="photon" in flavour,
     )
+
+
+def effective(runtime: Runtime, use_ml_runtime: bool, gpu_node: bool) -> Runtime:
+    """What a cluster runs: with `use_ml_runtime: true` Databricks adds the ML flavour to a plain key, GPU on a GPU
+    node type (Clusters API, use_ml_runtime)."""
+    if not use_ml_runtime or runtime.ml:
+        return runtime
+    return replace(runtime, ml=True, gpu=gpu_node)
+
+
+@lru_cache(maxsize=1)
+def versions() -> dict:
+    return yaml.safe_load(VERSIONS_FILE.read_text())
 
 
 def version_text(version: tuple[int, int]) -> str:

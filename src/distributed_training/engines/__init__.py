@@ -1,0 +1,67 @@
+"""The engines: each trains on a Spark cluster its own way, behind one interface (`Engine`).
+
+One module per engine, named after it, holding `ENGINE`; a generated project carries the modules of the engines it
+chose, and `train --engine` offers those. The torch engines run the shared loop (`training.loop`) on every process:
+TorchDistributor (DDP), and the DeepSpeed distributor, which specialises it as pyspark's DeepspeedTorchDistributor
+specialises TorchDistributor. Ray Train runs the same loop on a Ray cluster; Spark ML trains a pipeline of its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..config import ENGINES, Config, placement
+from ..task_interface import load_task
+
+WAREHOUSE_DIR = "spark-warehouse"
+
+
+class LaunchError(Exception):
+    """The run cannot start (or did not finish) as asked; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """What an engine did (one line for people) and the metrics the training returned."""
+
+    description: str
+    metrics: dict
+
+
+class Engine:
+    """How one engine trains. The launcher calls `local_session` (with --local), then `train`."""
+
+    name: ClassVar[str]
+
+    def default_table(self, config: Config) -> str:
+        """What a job trains on without --table: the task's table."""
+        return load_task(config.task).DEFAULT_TABLE
+
+    def sample_table(self, spark, config: Config):
+        """What --local trains on without --table: a small DataFrame shaped like the default table."""
+        return load_task(config.task).sample_table(spark, config.seed)
+
+    def local_session(self, config: Config):
+        """A local Spark session with a core per training process (at least two)."""
+        from .local_spark import local_spark_session
+
+        return local_spark_session(cores=max(placement(config).world_size, 2),
+                                   warehouse_dir=os.path.join(config.output_dir, WAREHOUSE_DIR))
+
+    def train(self, spark, config: Config, environment: dict[str, str]) -> TrainingRun:
+        """Train as `config` says (resolved: its GPUs, precision and table are set). `environment`: what the
+        process that logs to MLflow needs to reach it."""
+        raise NotImplementedError
+
+
+def available() -> tuple[str, ...]:
+    """The engines that have a module here (a generated project carries only the ones it chose)."""
+    return tuple(name for name in ENGINES if importlib.util.find_spec(f"{__package__}.{name}") is not None)
+
+
+def engine(name: str) -> Engine:
+    return importlib.import_module(f".{name}", __package__).ENGINE

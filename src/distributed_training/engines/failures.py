@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Callable
+
+FAILURES_DIR = "failures"  # under the output folder, which every rank reaches
 
 
 def run_recording_failure(train_function, failures_dir: str, *args):
@@ -23,10 +26,6 @@ def run_recording_failure(train_function, failures_dir: str, *args):
         raise
 
 
-def clear(failures_dir: str) -> None:
-    shutil.rmtree(failures_dir, ignore_errors=True)
-
-
 def first_failure(failures_dir: str) -> str | None:
     """The failure recorded first, and how many other ranks failed after it; None when none was recorded."""
     if not os.path.isdir(failures_dir):
@@ -37,3 +36,21 @@ def first_failure(failures_dir: str) -> str | None:
     with open(paths[0]) as file:
         first = file.read().strip()
     return first + (f" (and {len(paths) - 1} more rank(s) failed after it)" if len(paths) > 1 else "")
+
+
+def folder(output_dir: str) -> str:
+    return os.path.join(output_dir, FAILURES_DIR)
+
+
+def reported(start: Callable, output_dir: str, description: str):
+    """`start()`: a distributor's run, whose ranks run under `run_recording_failure` into `folder(output_dir)`.
+    Its failure comes back as a LaunchError naming the first rank's exception."""
+    from . import LaunchError
+
+    shutil.rmtree(folder(output_dir), ignore_errors=True)
+    try:
+        return start()
+    except Exception as error:  # a distributor raises RuntimeError, a barrier stage a Py4J or Spark error
+        reason = first_failure(folder(output_dir)) or (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise LaunchError(f"training failed in the worker processes ({description}): {reason}. Their output is "
+                          "above") from None

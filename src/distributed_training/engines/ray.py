@@ -1,19 +1,19 @@
-"""Train with Ray Train: the torch loop on every worker of a `TorchTrainer`, on a Ray cluster started for the run.
+"""Train with Ray Train: the shared loop on every worker of a `TorchTrainer`, on a Ray cluster started for the run.
 
 Where Ray runs, following the platform's advice (single node first):
-- one node (`--num-nodes 1`): plain `ray.init()` on the driver, one training worker per GPU it has (or N CPU
-  workers with --processes);
+- one node: plain `ray.init()` on the driver, one training worker per GPU it has (or N CPU workers, --processes);
 - several nodes: Ray on Spark, `ray.util.spark.setup_ray_cluster`: one Ray worker node per Spark worker, as large
   as the node type (its CPUs from the catalog, its GPUs). Spark tasks must hold no GPU while Ray runs, so the job
-  cluster keeps `spark.task.resource.gpu.amount` at 0 (the guards and the preflight check it);
+  cluster keeps `spark.task.resource.gpu.amount` at 0 (the guards and the preflight check it). The Ray head node
+  runs on the driver and trains nothing;
 - `--local`: Ray on Spark as well, on a local Spark whose executors are processes of their own (master
   `local-cluster[N,1,2048]`), so the multi-node path runs on this machine with N one-CPU Ray worker nodes.
 Ray is shut down when training ends, whether it succeeded or failed; Ray on Spark collects its nodes' logs under
 the output folder (a volume on a cluster).
 
 Ray Train starts the torch process group and sets RANK, WORLD_SIZE and LOCAL_RANK before the loop runs; the loop
-(`training.loop.train`) uses that group. The loop's checkpoints (OUTPUT_DIR/checkpoints, as with every engine) are
-Ray Train's run folder as well; the final one is registered with Ray Train, and the loop logs to MLflow from rank 0.
+uses that group. The loop's checkpoints (OUTPUT_DIR/checkpoints, as with every engine) are Ray Train's run folder as
+well; the final one is registered with Ray Train where it lies.
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..training.config import TrainingConfig
-from . import failures
-from .prepare import stage_and_configure
-from .settings import DEFAULT_LOCAL_PROCESSES, LaunchError, RunSettings, TrainingRun
+from ..config import Config, placement
+from ..staging import stage
+from ..task_interface import load_task
+from . import WAREHOUSE_DIR, Engine, LaunchError, TrainingRun, failures
 
-FAILURES_DIR = "failures"  # under the output folder, which every worker reaches
 RAY_LOGS_DIR = "ray-logs"  # where Ray on Spark collects its nodes' logs when the cluster shuts down
 LOCAL_EXECUTOR_MEMORY_MB = 2048
 # Ray on Spark connects its nodes without token authentication; a token file that an earlier plain `ray.init()`
@@ -61,45 +60,45 @@ class RayPlacement:
         return f"{workers} on Ray on Spark, {self.worker_nodes} worker node(s) {size}"
 
 
-def placement(settings: RunSettings, node_vcpus: int | None = None) -> RayPlacement:
-    """Training workers and Ray nodes for these settings. `node_vcpus`: the CPUs of one worker node from the
-    catalog; None when its node type is unknown, and Ray on Spark then sizes its nodes as whole Spark workers."""
-    if settings.local:
-        workers = settings.processes or DEFAULT_LOCAL_PROCESSES
-        return RayPlacement(workers, use_gpu=False, worker_nodes=workers, cpus_per_node=1, gpus_per_node=0)
-    use_gpu = settings.gpus_per_node > 0
-    workers = settings.gpus_per_node * settings.num_nodes if use_gpu else settings.processes or DEFAULT_LOCAL_PROCESSES
-    if settings.num_nodes == 1:
-        return RayPlacement(workers, use_gpu, worker_nodes=0)
+def ray_placement(config: Config, node_vcpus: int | None = None) -> RayPlacement:
+    """Training workers and Ray nodes for a run. `node_vcpus`: the CPUs of one worker node from the catalog; None
+    when its node type is unknown, and Ray on Spark then sizes its nodes as whole Spark workers."""
+    where = placement(config)
+    if config.local:  # the multi-node path on this machine: one one-CPU Ray node per worker
+        return RayPlacement(where.world_size, use_gpu=False, worker_nodes=where.world_size, cpus_per_node=1,
+                            gpus_per_node=0)
+    if where.nodes == 1:
+        return RayPlacement(where.world_size, where.use_gpu, worker_nodes=0)
     if node_vcpus is None:  # Ray on Spark takes both counts or neither
-        return RayPlacement(workers, use_gpu, worker_nodes=settings.num_nodes)
-    return RayPlacement(workers, use_gpu, worker_nodes=settings.num_nodes, cpus_per_node=node_vcpus,
-                        gpus_per_node=settings.gpus_per_node)
+        return RayPlacement(where.world_size, where.use_gpu, worker_nodes=where.nodes)
+    return RayPlacement(where.world_size, where.use_gpu, worker_nodes=where.nodes, cpus_per_node=node_vcpus,
+                        gpus_per_node=config.gpus_per_node)
 
 
-def local_session(settings: RunSettings, warehouse_dir: str):
-    """The local Spark session for `--local`: one executor process per Ray worker node, so that Ray on Spark starts
-    its worker nodes the way it does on a cluster."""
-    from .local_spark import local_spark_session
+class RayEngine(Engine):
+    name = "ray"
 
-    nodes = placement(settings).worker_nodes
-    os.environ.setdefault(RAY_AUTH_MODE, "disabled")  # before Spark starts: its executors inherit it
-    _put_ray_command_on_path()
-    return local_spark_session(
-        cores=nodes, warehouse_dir=warehouse_dir,
-        master=f"local-cluster[{nodes},1,{LOCAL_EXECUTOR_MEMORY_MB}]",
-        # Spark gives its Python workers a PYTHONPATH of its own; the Ray nodes they start must import this package.
-        executor_env={"PYTHONPATH": PACKAGE_PARENT, RAY_AUTH_MODE: os.environ[RAY_AUTH_MODE]},
-    )
+    def local_session(self, config: Config):
+        """One executor process per Ray worker node, so that Ray on Spark starts its nodes as on a cluster."""
+        from .local_spark import local_spark_session
 
+        nodes = ray_placement(config).worker_nodes
+        os.environ.setdefault(RAY_AUTH_MODE, "disabled")  # before Spark starts: its executors inherit it
+        _put_ray_command_on_path()
+        return local_spark_session(
+            cores=nodes, warehouse_dir=os.path.join(config.output_dir, WAREHOUSE_DIR),
+            master=f"local-cluster[{nodes},1,{LOCAL_EXECUTOR_MEMORY_MB}]",
+            # Spark gives its Python workers a PYTHONPATH of its own; the Ray nodes they start must import this package.
+            executor_env={"PYTHONPATH": PACKAGE_PARENT, RAY_AUTH_MODE: os.environ[RAY_AUTH_MODE]},
+        )
 
-def train(spark, settings: RunSettings) -> TrainingRun:
-    """Stage the data for the planned workers, start Ray, run the loop on every worker, shut Ray down."""
-    where = placement(settings, None if settings.local else _worker_vcpus(spark))
-    config = stage_and_configure(spark, settings, world_size=where.workers, use_gpu=where.use_gpu)
-    with ray_running(where, logs_dir=os.path.join(settings.output_dir, RAY_LOGS_DIR)):
-        metrics = fit(config, where)
-    return TrainingRun(where.describe(), metrics)
+    def train(self, spark, config: Config, environment: dict[str, str]) -> TrainingRun:
+        """Stage the data for the planned workers, start Ray, run the loop on every worker, shut Ray down."""
+        where = ray_placement(config, None if config.local else _worker_vcpus(spark))
+        stage(spark, load_task(config.task), config, where.workers)
+        with ray_running(where, logs_dir=os.path.join(config.output_dir, RAY_LOGS_DIR)):
+            metrics = fit(config, environment, where)
+        return TrainingRun(where.describe(), metrics)
 
 
 @contextmanager
@@ -138,33 +137,25 @@ def ray_running(where: RayPlacement, logs_dir: str):
         shutdown_ray_cluster()
 
 
-def fit(config: TrainingConfig, where: RayPlacement) -> dict:
+def fit(config: Config, environment: dict[str, str], where: RayPlacement) -> dict:
     """Run `training.loop.train(config)` on every Ray Train worker of a running Ray cluster; the metrics come back.
 
-    The loop writes its checkpoints to config.checkpoints, where every engine writes them; that folder is also Ray
-    Train's run folder, and the final checkpoint is registered with Ray Train where it lies (no copy)."""
+    The loop's checkpoint folder is also Ray Train's run folder, and the final checkpoint is registered with Ray
+    Train where it lies (no copy)."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    failures_dir = os.path.join(config.output_dir, FAILURES_DIR)
-    failures.clear(failures_dir)
     # Ray Train would route the workers' prints through its logger as well as their output: each line twice.
     os.environ.setdefault(PRINT_PATCH, "0")
     trainer = TorchTrainer(
         _train_on_worker,
-        train_loop_config={"config": config, "failures_dir": failures_dir},
+        train_loop_config={"config": config, "environment": environment},
         scaling_config=ScalingConfig(num_workers=where.workers, use_gpu=where.use_gpu),
-        run_config=RunConfig(name=os.path.basename(config.checkpoints),
-                             storage_path=os.path.dirname(config.checkpoints),
+        run_config=RunConfig(name=os.path.basename(config.checkpoint_dir),
+                             storage_path=os.path.dirname(config.checkpoint_dir),
                              failure_config=FailureConfig(max_failures=0)),
     )
-    try:
-        result = trainer.fit()
-    except Exception as error:  # TrainingFailedError, or the controller's own failure
-        reason = failures.first_failure(failures_dir) or str(error).strip().splitlines()[0]
-        raise LaunchError(f"training failed in the Ray workers ({where.describe()}): {reason}. "
-                          "Their output is above") from None
-    return result.metrics
+    return failures.reported(lambda: trainer.fit().metrics, config.output_dir, where.describe())
 
 
 def _train_on_worker(loop_config: dict) -> None:
@@ -174,11 +165,12 @@ def _train_on_worker(loop_config: dict) -> None:
     from ..training.checkpoints import tag_of
     from ..training.loop import train as train_on_every_rank
 
-    config: TrainingConfig = loop_config["config"]
-    metrics = failures.run_recording_failure(train_on_every_rank, loop_config["failures_dir"], config)
+    config: Config = loop_config["config"]
+    metrics = failures.run_recording_failure(train_on_every_rank, failures.folder(config.output_dir), config,
+                                             loop_config["environment"])
     final = None
     if ray.train.get_context().get_world_rank() == 0:  # the loop always checkpoints its last epoch
-        final = ray.train.Checkpoint(os.path.join(config.checkpoints, tag_of(config.epochs)))
+        final = ray.train.Checkpoint(os.path.join(config.checkpoint_dir, tag_of(config.epochs)))
     upload = getattr(ray.train, "CheckpointUploadMode", None)
     if upload is None:  # a Ray Train older than 2.50 copies it into the same folder, as checkpoint_NNNNNN
         ray.train.report(metrics, checkpoint=final)
@@ -210,3 +202,6 @@ def _put_ray_command_on_path() -> None:
     beside_python = Path(sys.executable).with_name("ray")
     if shutil.which("ray") is None and beside_python.exists():
         os.environ["PATH"] = os.pathsep.join([str(beside_python.parent), os.environ.get("PATH", "")])
+
+
+ENGINE = RayEngine()

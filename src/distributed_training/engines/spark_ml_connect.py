@@ -1,105 +1,184 @@
-"""Train a Spark ML pipeline over Spark Connect (`training.spark_ml`): the platform's way to train classic ML models
-on a Databricks Runtime 17.0+ cluster with Standard access (CPU nodes; Spark ML uses no GPU).
+"""Train a Spark ML pipeline over Spark Connect: the platform's way to train classic ML models on a Databricks Runtime
+17.0+ cluster with Standard access (CPU nodes; Spark ML uses no GPU).
 
-The session is the driver's own on a cluster (Spark Connect on Standard access); with `--local` it is a local Spark
-Connect server that pyspark starts (`SparkSession.builder.remote("local[N]")`). The pipeline trains on the same
-table, features and split as the torch engines and reports the same scores. The fitted pipeline is saved to
-OUTPUT_DIR/model and, with MLflow, logged with the run's params and scores; the scores also go to
-OUTPUT_DIR/metrics.json.
+Spark ML keeps its own tabular pipeline, whatever the project's task: a taxi trip's fare from its distance, its
+duration and the hour and day it started, on `samples.nyctaxi.trips` (every workspace has it). Held-out scores are
+stated against predicting the training mean, as the torch engines state theirs. Two APIs:
+- `connect` (default), `pyspark.ml.connect`: the module the platform offers for Spark ML over Spark Connect. It has no
+  regressor of its own (only LogisticRegression), so the model is `least_squares.LeastSquaresRegressor`. Its evaluator
+  needs torcheval (and so torch) on the driver and the executors.
+- `classic`, `pyspark.ml` over Spark Connect (Spark 4): the full MLlib, trained on the server: linear regression,
+  gradient-boosted trees or a random forest. The only one on Standard compute, whose runtime has no torch.
+
+The session is the driver's own on a cluster; with --local a local Spark Connect server that pyspark starts. The
+fitted pipeline is saved to OUTPUT_DIR/model and, with MLflow, logged with the run's params and scores.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+import warnings
 
-from . import run_options
-from .settings import DEFAULT_LOCAL_PROCESSES, LaunchError, RunSettings, TrainingRun
+from ..config import Config, placement
+from ..files import write_json
+from ..staging import read_table, split
+from ..training.tracking import Tracker
+from . import WAREHOUSE_DIR, Engine, LaunchError, TrainingRun
 
-MODEL_DIR = "model"
-METRICS_FILE = "metrics.json"
+DEFAULT_TABLE = "samples.nyctaxi.trips"
+FEATURES = ("trip_distance", "duration_minutes", "pickup_hour", "pickup_weekday")
+LABEL, RAW_FEATURES, SCALED, PREDICTION = "fare_amount", "raw_features", "features", "prediction"
+MODEL_DIR, METRICS_FILE = "model", "metrics.json"
 API_MODULES = {"connect": "pyspark.ml.connect", "classic": "pyspark.ml"}
 
 
-def local_session(settings: RunSettings, warehouse_dir: str):
-    """A Spark Connect session on a local server that pyspark starts (and stops with the session)."""
-    import warnings
+class SparkMLEngine(Engine):
+    name = "spark_ml_connect"
 
-    from pyspark.sql import SparkSession
+    def default_table(self, config: Config) -> str:
+        return DEFAULT_TABLE
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run talks only to itself
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the server's Python workers need this interpreter
-    cores = max(settings.processes or DEFAULT_LOCAL_PROCESSES, 2)
-    builder = (
-        SparkSession.builder.remote(f"local[{cores}]")
-        .config("spark.sql.warehouse.dir", warehouse_dir)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(cores))
-    )
-    with warnings.catch_warnings():
-        # The static confs reach the server when it starts; pyspark then sets them once more on the session, in vain.
-        warnings.filterwarnings("ignore", message=".*CANNOT_MODIFY_CONFIG.*")
-        return builder.getOrCreate()
+    def sample_table(self, spark, config: Config):
+        """Trips with the default table's columns: a metered fare plus noise, and a few nonsense rows."""
+        from pyspark.sql import functions as F
+
+        seconds = (F.rand(config.seed) * 60 * 86400).cast("long")
+        distance = F.round(F.exp(F.randn(config.seed + 1) * 0.7 + 0.6), 2)
+        minutes = F.col("trip_distance") * 5 + F.rand(config.seed + 2) * 3
+        fare = F.round(2.5 + 2.5 * F.col("trip_distance") + 0.35 * minutes + F.randn(config.seed + 3), 1)
+        return (spark.range(4000)
+                .withColumn("tpep_pickup_datetime", F.timestamp_seconds(F.lit(1451606400) + seconds))
+                .withColumn("trip_distance", distance)
+                .withColumn("tpep_dropoff_datetime", F.timestamp_seconds(F.unix_timestamp("tpep_pickup_datetime")
+                                                                         + (minutes * 60).cast("long")))
+                .withColumn("fare_amount", F.when(F.col("id") % 50 == 0, -1.0).otherwise(fare))
+                .drop("id"))
+
+    def local_session(self, config: Config):
+        """A Spark Connect session on a local server that pyspark starts (and stops with the session)."""
+        from pyspark.sql import SparkSession
+
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run talks only to itself
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the server's Python workers need this interpreter
+        cores = max(placement(config).world_size, 2)
+        builder = (SparkSession.builder.remote(f"local[{cores}]")
+                   .config("spark.sql.warehouse.dir", os.path.join(config.output_dir, WAREHOUSE_DIR))
+                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", str(cores)))
+        with warnings.catch_warnings():
+            # The static confs reach the server when it starts; pyspark sets them once more on the session, in vain.
+            warnings.filterwarnings("ignore", message=".*CANNOT_MODIFY_CONFIG.*")
+            return builder.getOrCreate()
+
+    def train(self, spark, config: Config, environment: dict[str, str]) -> TrainingRun:
+        """Split the table, fit the pipeline on the training rows, score the held-out rows."""
+        from pyspark.sql import functions as F
+
+        started = time.perf_counter()
+        api, model_name = config.spark_ml_api or "connect", config.spark_ml_model or "linear"
+        description = f"Spark ML over Spark Connect, {api} API ({API_MODULES[api]}), {model_name} regression"
+        train_rows, test_rows = split(features(read_table(spark, config.table, DEFAULT_TABLE)), config.seed)
+        train_rows = train_rows.cache()
+        tracker = Tracker(config, is_main=True, environment=environment)
+        try:
+            summary = train_rows.agg(F.count(F.lit(1)).alias("rows"), F.avg(LABEL).alias("mean")).first()
+            if not summary["rows"]:
+                raise LaunchError(f"{config.table!r} leaves no training rows after dropping nonsense rows: train on "
+                                  "a larger table")
+            run_id = tracker.start({"engine": config.engine, "api": api, "model": model_name, "source": config.table,
+                                    "train_rows": summary["rows"], "seed": config.seed}, resumed_run_id=None)
+            print(f"fitting the {api} pipeline ({model_name}) on {summary['rows']} training rows", flush=True)
+            fitted = pipeline(api, model_name, config.seed).fit(train_rows)
+            scores = evaluate(api, fitted.transform(test_rows), float(summary["mean"]))
+            model_dir = os.path.join(config.output_dir, MODEL_DIR)
+            if api == "connect":
+                fitted.saveToLocal(model_dir, overwrite=True)  # a pyspark.ml.connect model lives on the driver
+            else:
+                fitted.write().overwrite().save(model_dir)  # saved by the server (a volume path on a cluster)
+            metrics = {"engine": config.engine, "api": api, "model": model_name, "train_rows": int(summary["rows"]),
+                       "held_out_loss": scores["held_out_loss"], "baseline_loss": scores["baseline_loss"],
+                       "final": scores, "seconds": round(time.perf_counter() - started, 2), "model_dir": model_dir,
+                       "metrics_file": os.path.join(config.output_dir, METRICS_FILE), "mlflow_run_id": run_id}
+            write_json(metrics["metrics_file"], metrics)
+            tracker.log_epoch(1, scores)
+            tracker.log_file(metrics["metrics_file"])
+            tracker.log_folder(model_dir, MODEL_DIR)
+        except BaseException:
+            tracker.finish(succeeded=False)
+            raise
+        finally:
+            train_rows.unpersist()
+        tracker.finish(succeeded=True)
+        return TrainingRun(description, metrics)
 
 
-def train(spark, settings: RunSettings) -> TrainingRun:
-    """Split the table as the torch engines do, fit the pipeline on the training rows, score the held-out rows."""
+def features(trips):
+    """One row per sensible trip: the features and the fare, as doubles."""
     from pyspark.sql import functions as F
 
-    from ..training import spark_ml
-    from ..training.staging import split
-    from ..training.trips import LABEL_COLUMN, prepare_features, read_trips
-    from ..training.tracking import Tracker
-
-    started = time.perf_counter()
-    api, model_name = settings.spark_ml_api, settings.spark_ml_model
-    description = f"Spark ML over Spark Connect, {api} API ({API_MODULES[api]}), {model_name} regression"
-    try:
-        train_rows, test_rows = split(prepare_features(read_trips(spark, settings.table)), settings.seed)
-    except ValueError as error:  # unreadable table or missing columns: the message says which
-        raise LaunchError(str(error)) from None
-    train_rows = train_rows.cache()
-    tracker = Tracker(run_options.tracking(settings), is_main=True)
-    try:
-        summary = train_rows.agg(F.count(F.lit(1)).alias("rows"), F.avg(LABEL_COLUMN).alias("label_mean")).first()
-        if not summary["rows"]:
-            raise LaunchError(f"{settings.table!r} leaves no training rows after dropping nonsense rows: "
-                              "train on a larger table")
-        params = {"engine": settings.engine, "api": api, "model": model_name, "source": settings.table,
-                  "train_rows": summary["rows"], "seed": settings.seed}
-        run_id = tracker.start(params, resumed_run_id=None)
-        print(f"fitting the {api} pipeline ({model_name}) on {summary['rows']} training rows", flush=True)
-        fitted = spark_ml.pipeline(api, model_name, settings.seed).fit(train_rows)
-        scores = spark_ml.evaluate(api, fitted.transform(test_rows), float(summary["label_mean"]))
-        model_dir = os.path.join(settings.output_dir, MODEL_DIR)
-        spark_ml.save(api, fitted, model_dir)
-        metrics = {
-            "engine": settings.engine, "api": api, "model": model_name,
-            "train_rows": int(summary["rows"]), "test_rows": scores["test_rows"], "final": scores,
-            "seconds": round(time.perf_counter() - started, 2), "model_dir": model_dir,
-            "metrics_file": os.path.join(settings.output_dir, METRICS_FILE), "mlflow_run_id": run_id,
-        }
-        _write_json(metrics["metrics_file"], metrics)
-        tracker.log_epoch(1, scores)
-        tracker.log_file(metrics["metrics_file"])
-        tracker.log_folder(model_dir, MODEL_DIR)
-    except BaseException:
-        tracker.finish(succeeded=False)
-        raise
-    finally:
-        train_rows.unpersist()
-    tracker.finish(succeeded=True)
-    return TrainingRun(description, metrics)
+    missing = [name for name in ("tpep_pickup_datetime", "tpep_dropoff_datetime", "trip_distance", LABEL)
+               if name not in trips.columns]
+    if missing:
+        raise LaunchError(f"Spark ML trains on taxi trips, and the table lacks {', '.join(missing)}: pass --table "
+                          f"with a table shaped like {DEFAULT_TABLE}")
+    pickup = F.col("tpep_pickup_datetime")
+    minutes = (F.unix_timestamp("tpep_dropoff_datetime") - F.unix_timestamp(pickup)) / 60.0
+    trips = trips.select(F.col("trip_distance").cast("double"), minutes.alias("duration_minutes"),
+                         F.hour(pickup).cast("double").alias("pickup_hour"),
+                         F.dayofweek(pickup).cast("double").alias("pickup_weekday"),
+                         F.col(LABEL).cast("double")).dropna()
+    return trips.where((F.col(LABEL) > 0) & (F.col(LABEL) <= 250) & (F.col("trip_distance") > 0)
+                       & (F.col("trip_distance") <= 100) & (F.col("duration_minutes") > 0)
+                       & (F.col("duration_minutes") <= 180))
 
 
-def _write_json(path: str, content: dict) -> None:
-    """Whole or not at all. (Not the loop's writer: that module needs torch, which Spark ML does not.)"""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    partial = f"{path}.partial"
-    with open(partial, "w") as file:
-        json.dump(content, file, indent=2)
-    os.replace(partial, path)
+def pipeline(api: str, model: str, seed: int):
+    """Assemble the features, scale them to mean 0 and variance 1, regress the fare."""
+    if api == "connect":
+        from pyspark.ml.connect.feature import ArrayAssembler, StandardScaler
+        from pyspark.ml.connect.pipeline import Pipeline
+
+        from .least_squares import LeastSquaresRegressor
+
+        return Pipeline(stages=[
+            ArrayAssembler(inputCols=list(FEATURES), outputCol=RAW_FEATURES, featureSizes=[1] * len(FEATURES)),
+            StandardScaler(inputCol=RAW_FEATURES, outputCol=SCALED),
+            LeastSquaresRegressor(featuresCol=SCALED, labelCol=LABEL, predictionCol=PREDICTION),
+        ])
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import StandardScaler, VectorAssembler
+    from pyspark.ml.regression import GBTRegressor, LinearRegression, RandomForestRegressor
+
+    columns = {"featuresCol": SCALED, "labelCol": LABEL, "predictionCol": PREDICTION}
+    regressor = {"linear": lambda: LinearRegression(**columns),
+                 "gbt": lambda: GBTRegressor(maxDepth=5, seed=seed, **columns),
+                 "random_forest": lambda: RandomForestRegressor(numTrees=50, maxDepth=8, seed=seed, **columns)}[model]
+    return Pipeline(stages=[VectorAssembler(inputCols=list(FEATURES), outputCol=RAW_FEATURES),
+                            StandardScaler(inputCol=RAW_FEATURES, outputCol=SCALED, withMean=True, withStd=True),
+                            regressor()])
+
+
+def evaluate(api: str, predictions, train_mean: float) -> dict:
+    """RMSE from the API's own evaluator; MAE and the mean predictor's error from one aggregation. The losses are
+    mean squared errors in dollars, the trivial predictor's on the same held-out rows."""
+    from pyspark.sql import functions as F
+
+    if api == "connect":
+        from pyspark.ml.connect.evaluation import RegressionEvaluator
+    else:
+        from pyspark.ml.evaluation import RegressionEvaluator
+    rmse = RegressionEvaluator(metricName="rmse", labelCol=LABEL, predictionCol=PREDICTION).evaluate(predictions)
+    label, prediction = F.col(LABEL), F.col(PREDICTION)
+    row = predictions.agg(F.avg(F.abs(prediction - label)).alias("mae"),
+                          F.avg((label - F.lit(train_mean)) ** 2).alias("baseline_mse"),
+                          F.count(F.lit(1)).alias("rows")).first()
+    if not row["rows"]:
+        raise LaunchError("the held-out split is empty: train on a larger table")
+    return {"held_out_loss": float(rmse) ** 2, "baseline_loss": float(row["baseline_mse"]), "test_rmse": float(rmse),
+            "test_mae": float(row["mae"]), "baseline_rmse": float(row["baseline_mse"]) ** 0.5,
+            "test_rows": int(row["rows"])}
+
+
+ENGINE = SparkMLEngine()

@@ -19,8 +19,8 @@ import json
 import os
 import re
 import shutil
-from typing import Callable
 
+from ..files import write_json
 from . import distributed
 
 MARKER = "complete.json"
@@ -29,21 +29,6 @@ TAG = re.compile(r"^epoch-(\d+)$")
 
 def tag_of(epoch: int) -> str:
     return f"epoch-{epoch:05d}"
-
-
-def write_atomically(path: str, write: Callable) -> None:
-    """Call write(file) on a temporary file beside `path`, then rename it into place: whole or absent."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    partial = f"{path}.partial"
-    with open(partial, "wb") as file:
-        write(file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(partial, path)
-
-
-def write_json(path: str, content: dict) -> None:
-    write_atomically(path, lambda file: file.write(json.dumps(content, indent=2).encode()))
 
 
 def complete_epochs(directory: str) -> list[int]:

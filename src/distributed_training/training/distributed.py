@@ -72,6 +72,12 @@ def sum_over_ranks(process: Process, *values: float) -> list[float]:
     return _reduce(process, values, dist.ReduceOp.SUM)
 
 
+def sum_dict_over_ranks(process: Process, values: dict[str, float]) -> dict[str, float]:
+    """Every rank's dict (the same keys on all) summed key by key."""
+    names = sorted(values)
+    return dict(zip(names, _reduce(process, [values[name] for name in names], dist.ReduceOp.SUM)))
+
+
 def min_over_ranks(process: Process, value: int) -> int:
     return int(_reduce(process, (value,), dist.ReduceOp.MIN)[0])
 

@@ -1,14 +1,13 @@
 """The training loop, the same on every rank under every launcher (TorchDistributor, DeepSpeed, Ray Train, torchrun).
 
-It knows nothing of Spark: it reads this rank's share of the staged parquet files, trains the fare model, and
-evaluates on the held-out split after every epoch. Quality is stated against the simplest possible model, predicting
-the training mean, so a number means something. Whether DDP or DeepSpeed makes the updates is the strategy's business
-(`strategy`); the loop reads the same under either. After every epoch (or every `checkpoint_every`) the state is
-checkpointed, and a rerun resumes from the newest complete checkpoint (`checkpoints`). Rank 0 logs to MLflow
-(`tracking`) and prints one line per epoch.
+It knows nothing of Spark and nothing of the task beyond its seam (task_interface.py): it reads this rank's share of
+the staged files, asks the task for examples, a model and a loss, and owns the rest: AdamW, a learning-rate warm-up
+then cosine decay, gradient clipping, mixed precision, evaluation on the held-out split after every epoch, the
+checkpoint after every epoch (a rerun resumes from the newest complete one), and MLflow from rank 0. Whether DDP or
+DeepSpeed makes the updates is the strategy's business; the loop reads the same under either.
 
-`train` is what the launchers run: a module-level function of one picklable argument. Every rank returns the same
-metrics (they are all-reduced), because TorchDistributor keeps the return value of whichever rank finishes last.
+`train(config)` is what the launchers run: a module-level function of one picklable argument. Every rank returns the
+same metrics (they are all-reduced), because TorchDistributor keeps the return value of whichever rank ends last.
 """
 
 from __future__ import annotations
@@ -16,127 +15,124 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import asdict
 
 import torch
-import torch.nn.functional as F
 
-from . import distributed
-from . import strategy as strategies
-from .checkpoints import Checkpoints, write_json
-from .config import TrainingConfig
-from .model import FarePredictor, FareRegressor
-from .staged import ColumnStats, StagedData, read_shard
+from ..config import Config, placement
+from ..files import write_json
+from ..task_interface import check_metrics, load_task
+from . import distributed, strategy as strategies
+from .checkpoints import Checkpoints
+from .data import StagedData, read_shard
+from .deepspeed_config import deepspeed_config, offload_of
 from .tracking import Tracker
 
 METRICS_FILE = "metrics.json"
-EVALUATION_BATCH = 8192
-MODEL_EXAMPLE_ROWS = 5
+EVALUATION_BATCH = 256
 
 
-def train(config: TrainingConfig) -> dict:
-    """Train on this rank's share of the data and return the run's metrics; rank 0 also writes them to
-    output_dir/metrics.json."""
-    process = distributed.start(config.use_gpu)
+class NonFiniteLoss(FloatingPointError):
+    """The loss became NaN or infinite: the run stops before it saves or logs anything of it."""
+
+
+def train(config: Config, environment: dict[str, str] | None = None) -> dict:
+    """Train on this rank's share of the data; the run's metrics (rank 0 also writes OUTPUT_DIR/metrics.json).
+    `environment`: what rank 0 needs to reach MLflow (credentials: never written to a file)."""
+    process = distributed.start(placement(config).use_gpu)
     try:
-        return _train(config, process)
+        return _train(config, process, environment or {})
     finally:
         distributed.stop(process)
 
 
-def _train(config: TrainingConfig, process: distributed.Process) -> dict:
+def _train(config: Config, process: distributed.Process, environment: dict[str, str]) -> dict:
     started = time.perf_counter()
-    data = config.data
     log = (lambda *parts: print(*parts, flush=True)) if process.is_main else (lambda *parts: None)
-    torch.manual_seed(config.seed)  # the same initial weights everywhere (DDP and DeepSpeed broadcast rank 0's anyway)
+    task, options = load_task(config.task), config.task_options
+    data = StagedData.load(config.staging_dir)
+    torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP and DeepSpeed broadcast anyway)
 
-    feature_means = torch.tensor([stats.mean for stats in data.feature_stats])
-    feature_stds = torch.tensor([stats.std for stats in data.feature_stats])
-    train_features, train_labels = _load_split(data, data.train_dir, process, require_rows=True)
-    # Every rank must take the same number of steps: cut every share to the smallest one.
-    rows_per_rank = distributed.min_over_ranks(process, len(train_labels))
-    if rows_per_rank == 0:
-        raise RuntimeError(f"a rank got no training rows from {data.train_dir}: stage the data again")
-    train_features, train_labels = train_features[:rows_per_rank], train_labels[:rows_per_rank]
-    test_features, test_labels = _load_split(data, data.test_dir, process, require_rows=False)
-    normalise = lambda features: (features - feature_means) / feature_stds  # noqa: E731
-    normalised_train_labels = (train_labels - data.label_stats.mean) / data.label_stats.std
-
-    loader = ShuffledBatches(normalise(train_features), normalised_train_labels, config.batch_size,
-                             config.seed + process.rank)
-    # An epoch ends on an optimizer step, so a checkpoint never holds half an accumulation window.
-    steps_per_epoch = len(loader) - len(loader) % config.grad_accumulation
+    # This rank's examples; every rank takes the same number of steps, so every share is cut to the smallest.
+    train_examples = task.examples(read_shard(data.train_dir, process.rank, process.world_size), data.stats, options)
+    per_rank = distributed.min_over_ranks(process, len(train_examples[0]))
+    if per_rank == 0:
+        raise ValueError(f"a rank got no training examples from {data.train_dir}: stage a larger table")
+    train_examples = tuple(tensor[:per_rank] for tensor in train_examples)
+    held_out = task.examples(read_shard(data.test_dir, process.rank, process.world_size, require_rows=False),
+                             data.stats, options)
+    batches = ShuffledBatches(train_examples, config.batch_size, seed=config.seed + process.rank)
+    steps_per_epoch = len(batches) - len(batches) % config.grad_accumulation  # an epoch ends on an update
     if steps_per_epoch == 0:
-        raise ValueError(
-            f"{rows_per_rank} training rows per rank make {len(loader)} batch(es) of {config.batch_size}, fewer than "
-            f"one accumulation window of {config.grad_accumulation}: lower --batch-size or --grad-accumulation"
-        )
-    strategy = strategies.create(config.strategy, process, config.learning_rate, config.grad_accumulation,
-                                 config.precision, config.deepspeed_config)
-    strategy.prepare(FareRegressor(len(data.feature_columns), config.hidden_sizes))
+        raise ValueError(f"{per_rank} examples per rank make {len(batches)} batch(es) of {config.batch_size}, fewer "
+                         f"than one accumulation window of {config.grad_accumulation}: lower --batch-size or "
+                         "--grad-accumulation")
+    updates = config.epochs * steps_per_epoch // config.grad_accumulation
 
-    checkpoints = Checkpoints(config.checkpoints, process, config.keep_checkpoints, _run_identity(config, process),
-                              log)
+    strategy = strategies.create(config, process)
+    strategy.prepare(task.build_model(data.stats, options),
+                     lambda model: adamw(model, config.learning_rate, config.weight_decay),
+                     warmup_then_cosine(updates, config.warmup_fraction))
+    checkpoints = Checkpoints(config.checkpoint_dir, process, config.keep_checkpoints, run_identity(config, data,
+                              process), log)
     resumed = checkpoints.resume(strategy) if config.resume else None
     history = resumed["history"] if resumed else []
-    tracker = Tracker(config.tracking, process.is_main, log)
-    run_id = tracker.start(_params(config, process, rows_per_rank), resumed.get("mlflow_run_id") if resumed else None)
-    if config.deepspeed_config and not resumed:
-        tracker.log_dict(config.deepspeed_config, "deepspeed_config.json")
+    tracker = Tracker(config, process.is_main, environment, log)
+    run_id = tracker.start(params(config, data, process, per_rank), resumed.get("mlflow_run_id") if resumed else None)
 
     first_epoch = resumed["epoch"] + 1 if resumed else 1
-    log(f"training on {process.world_size} process(es), {process.device.type}, {config.strategy}, {config.precision}: "
-        f"{rows_per_rank} rows per rank, {steps_per_epoch} steps of {config.batch_size} per epoch"
+    log(f"training {config.task_name} on {process.world_size} process(es), {process.device.type}, {config.engine}, "
+        f"{config.precision}: {per_rank} examples per rank, {steps_per_epoch} steps of {config.batch_size} per epoch"
         f"{f' (an update every {config.grad_accumulation})' if config.grad_accumulation > 1 else ''}, "
         f"epochs {first_epoch}..{config.epochs}")
     try:
         for epoch in range(first_epoch, config.epochs + 1):
             strategy.model.train()
-            loader.set_epoch(epoch)
-            loss_sum, seen = 0.0, 0
+            batches.set_epoch(epoch)
+            loss_sum = torch.zeros((), device=process.device)  # added up on the device: no sync per step
             epoch_started = time.perf_counter()
-            for _, (features, labels) in zip(range(steps_per_epoch), loader):
-                labels = labels.to(process.device, non_blocking=True)
+            for _, batch in zip(range(steps_per_epoch), batches):
+                batch = strategy.to_device(batch)
                 with strategy.autocast():
-                    loss = F.mse_loss(strategy.model(strategy.inputs(features)).float(), labels)
+                    loss = task.loss(strategy.model, batch)
                 strategy.backward(loss)
                 strategy.step()
-                loss_sum += loss.item() * len(labels)
-                seen += len(labels)
-            loss_sum, seen, rank_seconds = distributed.sum_over_ranks(
-                process, loss_sum, seen, time.perf_counter() - epoch_started)
-            train_seconds = rank_seconds / process.world_size  # about equal: the ranks wait for each other every step
-            scores = evaluate(strategy.predict, normalise(test_features), test_labels, data.label_stats, process)
-            history.append({"epoch": epoch, "train_loss": loss_sum / seen, "train_seconds": train_seconds,
-                            "samples_per_second": seen / train_seconds, **scores})
+                loss_sum += loss.detach()
+            loss_sum, seconds = distributed.sum_over_ranks(process, float(loss_sum), time.perf_counter() - epoch_started)
+            train_loss, seconds = loss_sum / (steps_per_epoch * process.world_size), seconds / process.world_size
+            scores = evaluate(task, strategy, held_out, data.stats, process)
+            if not (math.isfinite(train_loss) and math.isfinite(scores["held_out_loss"])):
+                raise NonFiniteLoss(f"the loss became {train_loss} in epoch {epoch} (held-out "
+                                    f"{scores['held_out_loss']}): nothing of this epoch was saved. Lower "
+                                    "--learning-rate, keep --grad-clip on, or train in fp32 (--precision fp32)")
+            history.append({"epoch": epoch, "train_loss": train_loss, "train_seconds": seconds,
+                             "examples_per_second": steps_per_epoch * config.batch_size * process.world_size / seconds,
+                             "learning_rate": strategy.scheduler.get_last_lr()[0], **scores})
             tracker.log_epoch(epoch, history[-1])
-            log(f"epoch {epoch:>3}/{config.epochs}  train loss {loss_sum / seen:.4f}  held-out RMSE "
-                f"{scores['test_rmse']:.3f}  MAE {scores['test_mae']:.3f}  (predicting the mean: RMSE "
-                f"{scores['baseline_rmse']:.3f})  {time.perf_counter() - started:.1f}s")
+            log(f"epoch {epoch:>3}/{config.epochs}  train loss {train_loss:.4f}  held-out loss "
+                f"{scores['held_out_loss']:.4f} (trivial predictor: {scores['baseline_loss']:.4f})  "
+                f"{time.perf_counter() - started:.1f}s")
             if epoch % config.checkpoint_every == 0 or epoch == config.epochs:
                 checkpoints.save(strategy, epoch, {"history": history, "mlflow_run_id": run_id})
 
         metrics = {
-            "world_size": process.world_size,
-            "device": process.device.type,
-            "strategy": config.strategy,
-            "precision": config.precision,
-            "train_rows": rows_per_rank * process.world_size,
-            "test_rows": history[-1]["test_rows"],
-            "epochs": history,
-            "final": history[-1],
+            "task": config.task, "engine": config.engine, "world_size": process.world_size,
+            "device": process.device.type, "precision": config.precision,
+            "train_examples": per_rank * process.world_size, "held_out_loss": history[-1]["held_out_loss"],
+            "baseline_loss": history[-1]["baseline_loss"], "final": history[-1], "epochs": history,
             "resumed_from_epoch": resumed["epoch"] if resumed else None,
-            "samples_per_second": steady_throughput(history),
+            "examples_per_second": steady_throughput(history),
             "seconds": round(distributed.max_over_ranks(process, time.perf_counter() - started), 2),
-            "staged_data": data.directory,
-            "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
+            "staged_data": data.directory, "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
             "mlflow_run_id": run_id,
         }
         weights = strategy.full_state_dict()  # a collective under ZeRO 3: every rank takes part
         if process.is_main:
             write_json(metrics["metrics_file"], metrics)
             tracker.log_file(metrics["metrics_file"])
-            predictor = _predictor(config, weights)
-            tracker.log_model(predictor, test_features[:MODEL_EXAMPLE_ROWS].numpy())
+            trained = task.build_model(data.stats, options)
+            trained.load_state_dict(weights)
+            tracker.log_model(*task.exported_model(trained.eval(), data.stats, held_out))
     except BaseException:
         tracker.finish(succeeded=False)
         raise
@@ -144,106 +140,107 @@ def _train(config: TrainingConfig, process: distributed.Process) -> dict:
     return metrics
 
 
+def adamw(model: torch.nn.Module, learning_rate: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW with weight decay on the weight matrices only (not on biases, norms' gains or 1-d parameters)."""
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    groups = [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW([group for group in groups if group["params"]], lr=learning_rate, betas=(0.9, 0.95))
+
+
+def warmup_then_cosine(updates: int, warmup_fraction: float, floor: float = 0.1):
+    """The learning rate's multiplier after `step` updates: linear warm-up, then a cosine decay to `floor`."""
+    warmup = int(updates * warmup_fraction)
+
+    def multiplier(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min((step - warmup) / max(updates - warmup, 1), 1.0)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return multiplier
+
+
 class ShuffledBatches:
-    """(features, labels) batches in a new seeded order every epoch, the last one possibly short.
+    """Batches of examples (a tuple of tensors sliced together) in a new seeded order every epoch.
 
-    After `set_epoch(epoch)` the order depends on the seed and the epoch alone, so a run resumed at any epoch sees
-    the batches an uninterrupted run would have seen.
-
-    One random permutation per epoch, sliced into batches, each a single tensor gather. A
-    `DataLoader(TensorDataset(...), shuffle=True)` shuffles the same way but reads and collates row by row, which
-    made it several times slower than the training steps it fed (see benchmarks/data_path.py).
+    After `set_epoch(epoch)` the order depends on the seed and the epoch alone, so a run resumed at any epoch sees the
+    batches an uninterrupted run would have seen. Each batch is one gather per tensor: a DataLoader over a
+    TensorDataset reads and collates example by example, several times slower than the steps it feeds.
     """
 
-    def __init__(self, features: torch.Tensor, labels: torch.Tensor, batch_size: int, seed: int):
-        self.features, self.labels, self.batch_size, self.seed = features, labels, batch_size, seed
+    def __init__(self, examples: tuple, batch_size: int, seed: int):
+        self.examples, self.batch_size, self.seed = examples, batch_size, seed
         self.generator = torch.Generator().manual_seed(seed)
 
     def set_epoch(self, epoch: int) -> None:
         self.generator.manual_seed(self.seed + 1_000_003 * epoch)  # a prime stride: (rank, epoch) pairs never meet
 
     def __len__(self) -> int:
-        return math.ceil(len(self.labels) / self.batch_size)
+        return math.ceil(len(self.examples[0]) / self.batch_size)
 
     def __iter__(self):
-        order = torch.randperm(len(self.labels), generator=self.generator)
+        order = torch.randperm(len(self.examples[0]), generator=self.generator)
         for start in range(0, len(order), self.batch_size):
             chosen = order[start:start + self.batch_size]
-            yield self.features[chosen], self.labels[chosen]
+            yield tuple(tensor[chosen] for tensor in self.examples)
+
+
+def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.Process) -> dict:
+    """The task's held-out metrics over every rank's share. Every rank runs the same number of forward passes (ZeRO 3
+    gathers the weights in each): a rank whose share is done repeats its first batch and ignores it."""
+    rows = len(held_out[0])
+    batches = distributed.max_over_ranks(process, math.ceil(rows / EVALUATION_BATCH))
+    model, sums = strategy.inference_model, {}
+    model.eval()
+    with torch.no_grad():
+        for index in range(int(batches)):
+            start = index * EVALUATION_BATCH
+            counted = start < rows
+            part_rows = slice(start, start + EVALUATION_BATCH) if counted else slice(0, 1)
+            with strategy.autocast():
+                part = task.evaluate(model, strategy.to_device(tuple(tensor[part_rows] for tensor in held_out)), stats)
+            for name, value in part.items():
+                sums[name] = sums.get(name, 0.0) + (float(value) if counted else 0.0)
+    totals = distributed.sum_dict_over_ranks(process, sums)
+    return check_metrics(task.summarize(totals, stats), task.__name__)
 
 
 def steady_throughput(history: list[dict]) -> float:
-    """Training samples per second over all ranks after the first epoch, which pays for warm-up (allocations,
-    kernel choices, caches); the first epoch's own figure when there is only one."""
+    """Examples per second over all ranks after the first epoch, which pays for warm-up (allocations, kernel
+    choices, caches); the first epoch's own figure when there is only one."""
     steady = history[1:] or history
-    return sum(epoch["samples_per_second"] * epoch["train_seconds"] for epoch in steady) / sum(
+    return sum(epoch["examples_per_second"] * epoch["train_seconds"] for epoch in steady) / sum(
         epoch["train_seconds"] for epoch in steady)
 
 
-def evaluate(predict, features: torch.Tensor, labels: torch.Tensor, label_stats: ColumnStats,
-             process: distributed.Process) -> dict:
-    """Errors in the label's own unit (dollars) over the whole held-out split, all ranks' shares together.
-
-    `predict` maps normalised features to normalised predictions, float32 on the CPU (a strategy's `predict`)."""
-    squared, absolute, baseline_squared = 0.0, 0.0, 0.0
-    with torch.no_grad():
-        for start in range(0, len(labels), EVALUATION_BATCH):
-            batch = slice(start, start + EVALUATION_BATCH)
-            predictions = predict(features[batch]) * label_stats.std + label_stats.mean
-            errors = predictions - labels[batch]
-            squared += float((errors ** 2).sum())
-            absolute += float(errors.abs().sum())
-            baseline_squared += float(((labels[batch] - label_stats.mean) ** 2).sum())
-    squared, absolute, baseline_squared, count = distributed.sum_over_ranks(
-        process, squared, absolute, baseline_squared, len(labels))
-    if count == 0:
-        raise RuntimeError("the held-out split is empty: train on a larger table")
-    return {
-        "test_rmse": math.sqrt(squared / count),
-        "test_mae": absolute / count,
-        "baseline_rmse": math.sqrt(baseline_squared / count),
-        "test_rows": int(count),
-    }
+def run_identity(config: Config, data: StagedData, process: distributed.Process) -> dict:
+    """What a checkpoint must share with this run to be resumed from (JSON types: compared after a round trip)."""
+    return {"task": config.task, "task_options": _json(asdict(config.task_options)), "engine": config.engine,
+            "source": data.source, "train_rows": data.train_rows, "test_rows": data.test_rows,
+            "world_size": process.world_size, "seed": config.seed, "batch_size": config.batch_size,
+            "grad_accumulation": config.grad_accumulation}
 
 
-def _load_split(data: StagedData, directory: str, process: distributed.Process, require_rows: bool):
-    """This rank's share of one split: raw features and labels, as tensors."""
-    columns = [*data.feature_columns, data.label_column]
-    rows = torch.from_numpy(read_shard(directory, columns, process.rank, process.world_size, require_rows))
-    return rows[:, :-1], rows[:, -1].clone()
+def params(config: Config, data: StagedData, process: distributed.Process, per_rank: int) -> dict:
+    """What MLflow records of the run."""
+    recorded = {"task": config.task, "engine": config.engine, "source": data.source,
+                "train_examples": per_rank * process.world_size, "test_rows": data.test_rows,
+                "world_size": process.world_size, "device": process.device.type, "precision": config.precision,
+                **{name: getattr(config, name) for name in ("epochs", "batch_size", "grad_accumulation",
+                                                            "learning_rate", "weight_decay", "warmup_fraction",
+                                                            "grad_clip", "seed")},
+                **{f"task.{name}": value for name, value in asdict(config.task_options).items()}}
+    if config.engine == "deepspeed":
+        zero = deepspeed_config(config, process.world_size, config.precision)["zero_optimization"]
+        recorded.update(zero_stage=zero["stage"], offload=offload_of(zero))
+    return recorded
 
 
-def _run_identity(config: TrainingConfig, process: distributed.Process) -> dict:
-    """What a checkpoint must share with this run to be resumed from (JSON types: it is compared after a round trip)."""
-    data = config.data
-    return {"source": data.source, "train_rows": data.train_rows, "test_rows": data.test_rows,
-            "world_size": process.world_size, "strategy": config.strategy, "seed": config.seed,
-            "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation,
-            "hidden_sizes": list(config.hidden_sizes)}
-
-
-def _params(config: TrainingConfig, process: distributed.Process, rows_per_rank: int) -> dict:
-    params = {
-        "source": config.data.source, "train_rows": rows_per_rank * process.world_size,
-        "test_rows": config.data.test_rows, "world_size": process.world_size,
-        "device": process.device.type, "strategy": config.strategy, "precision": config.precision,
-        "epochs": config.epochs, "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation,
-        "learning_rate": config.learning_rate, "seed": config.seed,
-        "hidden_sizes": ",".join(map(str, config.hidden_sizes)),
-    }
-    if config.deepspeed_config:
-        zero = config.deepspeed_config.get("zero_optimization", {})
-        params["zero_stage"] = zero.get("stage", 0)
-        params["offload"] = "+".join(part.removeprefix("offload_") for part in ("offload_optimizer", "offload_param")
-                                     if part in zero) or "none"
-    return params
-
-
-def _predictor(config: TrainingConfig, weights: dict) -> FarePredictor:
-    """The trained model with its normalisation, on the CPU: what MLflow records."""
-    data = config.data
-    regressor = FareRegressor(len(data.feature_columns), config.hidden_sizes)
-    regressor.load_state_dict(weights)
-    return FarePredictor(regressor, [stats.mean for stats in data.feature_stats],
-                         [stats.std for stats in data.feature_stats], data.label_stats.mean,
-                         data.label_stats.std).eval()
+def _json(value):
+    """Tuples as lists, as they read back from JSON."""
+    if isinstance(value, (tuple, list)):
+        return [_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _json(item) for key, item in value.items()}
+    return value

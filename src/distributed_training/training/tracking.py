@@ -1,8 +1,9 @@
 """MLflow tracking for a training run: rank 0 alone logs the params, the metrics of every epoch and the model.
 
-Where to: the tracking URI of the environment (`databricks` on a cluster, or MLFLOW_TRACKING_URI), unless the
-settings name one (tests and `train --local` use a local file store, `file:...`). A resumed run continues the MLflow
-run it started (its id is kept in the checkpoints), so one training is one MLflow run however often it restarts.
+Where to: with --local (and no MLFLOW_TRACKING_URI) a file store under the output folder; elsewhere the environment's
+tracking server (`databricks` on a cluster). A resumed run continues the MLflow run it started (its id is kept in the
+checkpoints), so one training is one MLflow run however often it restarts; where the platform opened a run for the
+task (MLFLOW_RUN_ID, as a serverless GPU task does), the loop logs into that one.
 
 MLflow is optional: without it the run says so once and trains on, untracked.
 """
@@ -10,51 +11,65 @@ MLflow is optional: without it the run says so once and trains on, untracked.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+
+from ..config import Config
+
+LOCAL_TRACKING_DIR = "mlruns"
 
 
-@dataclass(frozen=True)
-class TrackingSettings:
-    experiment: str  # an experiment name, or a workspace path on Databricks (/Users/<you>/<name>)
-    tracking_uri: str | None = None  # None: MLflow's own choice from the environment
-    register_as: str | None = None  # also register the model under this Unity Catalog name (catalog.schema.model)
-    # Set in the logging process before MLflow starts: what a worker process needs to reach the tracking server.
-    environment: dict[str, str] = field(default_factory=dict, repr=False)
+def experiment_name(config: Config) -> str:
+    """--mlflow-experiment, else one per project: a workspace path on a cluster, a plain name in a file store."""
+    package = __package__.split(".")[0]
+    return config.mlflow_experiment or (package if config.local else f"/Shared/{package}")
+
+
+def tracking_uri(config: Config) -> str | None:
+    if config.local and not os.environ.get("MLFLOW_TRACKING_URI"):
+        return "file:" + os.path.join(config.output_dir, LOCAL_TRACKING_DIR)
+    return None  # MLflow's own choice from the environment
+
+
+def is_file_store(uri: str) -> bool:
+    """A folder (`./mlruns`, `/tmp/runs`, `file:...`), not a server (`databricks`, `http://...`, `sqlite:///...`)."""
+    if uri == "databricks":
+        return False
+    scheme, separator, _ = uri.partition(":")
+    return not separator or scheme == "file" or len(scheme) == 1  # one letter: a Windows drive
 
 
 class Tracker:
     """What the loop calls; every method does nothing on ranks other than 0, or without MLflow."""
 
-    def __init__(self, settings: TrackingSettings | None, is_main: bool, log=print):
-        self.settings, self.log = settings, log
-        if settings is not None and is_main:
-            # Before MLflow is imported: it may read them at import time.
-            os.environ.update(settings.environment)
-            if is_file_store(settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "databricks")):
+    def __init__(self, config: Config, is_main: bool, environment: dict[str, str], log=print):
+        self.config, self.log = config, log
+        self.mlflow = None
+        if config.tracking and is_main:
+            os.environ.update(environment)  # before MLflow is imported: it may read them at import time
+            if is_file_store(tracking_uri(config) or os.environ.get("MLFLOW_TRACKING_URI", "databricks")):
                 os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3 refuses a folder of runs unless told
-        self.mlflow = _import_mlflow(log) if settings is not None and is_main else None
-        self.run_id: str | None = None
+            self.mlflow = _import_mlflow(log)
 
     @property
     def active(self) -> bool:
         return self.mlflow is not None
 
     def start(self, params: dict, resumed_run_id: str | None) -> str | None:
-        """Open the run (or reopen the one a checkpoint names) and log the params; the run id, or None."""
+        """Open the run (the one a checkpoint names, or the platform's, or a new one); the run id, or None."""
         if not self.active:
             return None
-        mlflow, settings = self.mlflow, self.settings
-        if settings.tracking_uri:
-            mlflow.set_tracking_uri(settings.tracking_uri)
+        mlflow = self.mlflow
+        if tracking_uri(self.config):
+            mlflow.set_tracking_uri(tracking_uri(self.config))
         if resumed_run_id:
             run = mlflow.start_run(run_id=resumed_run_id)
         else:
-            mlflow.set_experiment(settings.experiment)
+            if not os.environ.get("MLFLOW_RUN_ID"):  # start_run() takes the platform's run from it
+                mlflow.set_experiment(experiment_name(self.config))
             run = mlflow.start_run()
             mlflow.log_params(params)
-        self.run_id = run.info.run_id
-        self.log(f"MLflow: run {self.run_id} in experiment {settings.experiment!r} at {mlflow.get_tracking_uri()}")
-        return self.run_id
+        self.log(f"MLflow: run {run.info.run_id} in experiment {run.info.experiment_id} at "
+                 f"{mlflow.get_tracking_uri()}")
+        return run.info.run_id
 
     def log_epoch(self, epoch: int, scores: dict) -> None:
         if self.active:
@@ -70,35 +85,20 @@ class Tracker:
         if self.active:
             self.mlflow.log_artifacts(path, name)
 
-    def log_dict(self, content: dict, name: str) -> None:
-        if self.active:
-            self.mlflow.log_dict(content, name)
-
-    def log_model(self, model, example_features) -> None:
-        """The trained model, taking raw features to fares, with an input example (and its signature)."""
+    def log_model(self, model, example_input) -> None:
+        """The trained model as the task exports it, with an input example (and so a signature)."""
         if not self.active:
             return
-        registered = self.settings.register_as
+        registered = self.config.register_model
         if registered and (self.mlflow.get_tracking_uri() or "").startswith("databricks"):
             self.mlflow.set_registry_uri("databricks-uc")
-        info = self.mlflow.pytorch.log_model(
-            model, name="model", input_example=example_features, serialization_format="pickle",
-            registered_model_name=registered,
-        )
+        info = self.mlflow.pytorch.log_model(model, name="model", input_example=example_input,
+                                             serialization_format="pickle", registered_model_name=registered)
         self.log(f"MLflow: model logged as {info.model_uri}" + (f", registered as {registered}" if registered else ""))
 
     def finish(self, succeeded: bool) -> None:
         if self.active and self.mlflow.active_run() is not None:
             self.mlflow.end_run(status="FINISHED" if succeeded else "FAILED")
-
-
-def is_file_store(uri: str) -> bool:
-    """A folder (`./mlruns`, `/tmp/runs`, `file:...`), not a server (`databricks`, `http://...`, `sqlite:///...`):
-    a user who names one wants it, as MLflow 2 allowed."""
-    if uri == "databricks":
-        return False
-    scheme, separator, _ = uri.partition(":")
-    return not separator or scheme == "file" or len(scheme) == 1  # one letter: a Windows drive
 
 
 def _import_mlflow(log):

@@ -1,22 +1,40 @@
-"""Carry the shared modules in under the project's package name, and drop the files of engines not chosen
-(the `train` command offers the engines whose launcher module is present)."""
+"""Carry the runtime into the project under its package name: the modules that run on the cluster, the chosen task
+as `task.py`, and the launchers of the chosen engines only (`train --engine` offers the engines present)."""
 
 import shutil
 from pathlib import Path
 
 SHARED_PACKAGE = Path({{ shared_source | tojson }}) / "distributed_training"
 PACKAGE = Path("src") / "{{ cookiecutter.package_name }}"
+# What runs on the cluster; the rest of the tool's package (validate, advise, run, the answers) stays with the tool.
+RUNTIME = ("config.py", "files.py", "findings.py", "launch.py", "staging.py", "task_interface.py", "compute",
+           "engines", "training")
 CHOSEN = {{ chosen_engines(cookiecutter) | tojson }}
 ENGINE_FILES = {
-    "torch_distributor": ["resources/train_torch_distributor.job.yml", "notebooks/train_torch_distributor.py",
-                          "tests/test_train_torch_distributor.py"],
+    "torch_distributor": ["resources/train_torch_distributor.job.yml", "notebooks/train_torch_distributor.py"],
     "deepspeed": ["resources/train_deepspeed.job.yml", "notebooks/train_deepspeed.py"],
     "ray": ["resources/train_ray.job.yml", "notebooks/train_ray.py"],
-    "spark_ml_connect": ["resources/train_spark_ml_connect.job.yml", "notebooks/train_spark_ml_connect.py"],
+    "spark_ml_connect": ["resources/train_spark_ml_connect.job.yml", "notebooks/train_spark_ml_connect.py",
+                         f"{PACKAGE}/engines/least_squares.py"],
 }
-
-shutil.copytree(SHARED_PACKAGE, PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+ignored = shutil.ignore_patterns("__pycache__", "*.pyc")
+for name in RUNTIME:
+    source = SHARED_PACKAGE / name
+    if source.is_dir():
+        shutil.copytree(source, PACKAGE / name, ignore=ignored)
+    else:
+        shutil.copy2(source, PACKAGE / name)
+shutil.copy2(SHARED_PACKAGE / "tasks" / "{{ cookiecutter.task }}.py", PACKAGE / "task.py")
 for engine, files in ENGINE_FILES.items():
     if engine not in CHOSEN:
         for name in [*files, f"{PACKAGE}/engines/{engine}.py"]:
             Path(name).unlink(missing_ok=True)
+{%- if is_serverless(cookiecutter) %}
+shutil.rmtree("notebooks")  # a notebook cannot run what a serverless GPU job runs: an ai_runtime_task's nodes
+{%- else %}
+Path("src/command.sh").unlink()  # the serverless GPU task's script
+{%- endif %}
+{%- if not torch_engines(cookiecutter) %}
+shutil.rmtree("examples")  # bring-your-own-model: a task for the loop, which a Spark ML project does not run
+Path("tests/test_bring_your_own_model.py").unlink()
+{%- endif %}

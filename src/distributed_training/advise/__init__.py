@@ -34,9 +34,9 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from .catalog import CLOUDS, Catalog, NodeType, default_catalog
-from .engines import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTRIBUTOR
-from .serverless import ACCELERATORS, SERVERLESS_GPU
+from ..compute.catalog import CLOUDS, Catalog, NodeType, default_catalog
+from ..compute.requirements import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTRIBUTOR
+from ..serverless import ACCELERATORS, SERVERLESS_GPU
 from .memory import (
     HEADROOM, MLP, NAMED_MODELS, OPTIMIZERS, PRECISIONS, TRANSFORMER, Estimate, ModelShape, Sharding, Term,
     Training, estimate, format_count, format_gb, mlp_params, parse_count,
@@ -180,7 +180,8 @@ def _nodes_in_scope(job: Job, catalog: Catalog) -> list[NodeType]:
     want_gpu = job.training is not None
     if job.node_type_id is None:
         return [node for node in catalog.node_types
-                if node.cloud == job.cloud and node.has_gpu == want_gpu and not node.multi_gpu_broken]
+                if node.cloud == job.cloud and node.has_gpu == want_gpu and not node.multi_gpu_broken
+                and not node.retired]
     node = catalog.find(job.node_type_id)
     if node is None:
         closest = catalog.closest(job.node_type_id, job.cloud)
@@ -194,6 +195,9 @@ def _nodes_in_scope(job: Job, catalog: Catalog) -> list[NodeType]:
         raise AdviseError(f"{node.id} is a GPU node; classical models train with Spark ML on CPU nodes")
     if node.multi_gpu_broken:
         raise AdviseError(f"{node.id}: {node.notes}; pick a single-GPU size of the family or another family")
+    if node.retired:
+        raise AdviseError(f"{node.id} was retired on {node.retired.date}: use "
+                          f"{', '.join(node.retired.replacements)}")
     return [node]
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ..findings import Finding
-from .engines import DEEPSPEED, ENGINES, TORCH_DISTRIBUTOR
-from .guards import is_reference
+from .compute.guards import is_reference
+from .compute.requirements import DEEPSPEED, ENGINES, TORCH_DISTRIBUTOR
+from .compute.runtime import versions
+from .findings import Finding
 
 CLASSIC = "classic"
 SERVERLESS_GPU = "serverless_gpu"
@@ -28,12 +29,8 @@ class Accelerator:
     gpu_memory_gb: int
 
 
-ACCELERATORS = {accelerator.name: accelerator for accelerator in (
-    Accelerator("GPU_1xA10", 1, "A10", 24),
-    Accelerator("GPU_1xH100", 1, "H100", 80),
-    Accelerator("GPU_8xH100", 8, "H100", 80),
-)}
-DEFAULT_ACCELERATOR = "GPU_1xA10"  # one GPU, the smallest: train on one machine while the model and data fit
+ACCELERATORS = {name: Accelerator(name, **spec) for name, spec in versions()["serverless"]["accelerators"].items()}
+DEFAULT_ACCELERATOR = versions()["serverless"]["default_accelerator"]
 
 
 def default_accelerator_count(accelerator_type: str) -> int:

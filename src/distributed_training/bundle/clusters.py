@@ -1,0 +1,111 @@
+"""Every classic cluster a bundle can define, found by one walk, and the guards over each of them.
+
+Job clusters (with the engines of the tasks that use them), a task's own `new_cluster`, the task inside a
+`for_each_task`, and all-purpose clusters under `resources.clusters` (with the engines of the tasks that name them
+by `existing_cluster_id: ${resources.clusters.KEY.id}`). The walk runs on each target's merged tree.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator, Mapping
+
+from ..compute.catalog import Catalog
+from ..compute.guards import OVERRIDE_TAG, ClusterRequest, check_cluster
+from ..findings import Finding
+from .paths import Path, format_path
+
+CLUSTER_REFERENCE = re.compile(r"^\$\{resources\.clusters\.([^.}]+)\.id\}$")
+
+
+def _mapping(value: Any) -> Mapping:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def jobs_of(tree: Mapping) -> Iterator[tuple[str, Mapping]]:
+    for key, job in _mapping(_mapping(tree.get("resources")).get("jobs")).items():
+        if isinstance(job, dict):
+            yield str(key), job
+
+
+def tasks_of(job: Mapping, job_path: Path) -> Iterator[tuple[Path, Mapping]]:
+    """Every task of a job with its path, including the task inside a for_each_task."""
+    for index, task in enumerate(_list(job.get("tasks"))):
+        if not isinstance(task, dict):
+            continue
+        path = (*job_path, "tasks", index)
+        yield path, task
+        inner = _mapping(task.get("for_each_task")).get("task")
+        if isinstance(inner, dict):
+            yield (*path, "for_each_task", "task"), inner
+
+
+def task_engine(task: Mapping) -> str | None:
+    """The `--engine` a task's `train` wheel task is given, if any."""
+    parameters = _list(_mapping(task.get("python_wheel_task")).get("parameters"))
+    for flag, value in zip(parameters, parameters[1:]):
+        if flag == "--engine":
+            return str(value)
+    return None
+
+
+def clusters_of(tree: Mapping) -> Iterator[tuple[Path, Mapping, tuple[str, ...]]]:
+    """(path, cluster spec, engines trained on it) for every classic cluster of a merged tree."""
+    by_cluster: dict[tuple, list[str]] = {}  # ("job", job key, cluster key) or ("cluster", key) -> engines
+    for job_key, job in jobs_of(tree):
+        for task_path, task in tasks_of(job, ("resources", "jobs", job_key)):
+            engine = task_engine(task)
+            if isinstance(task.get("new_cluster"), dict):
+                yield (*task_path, "new_cluster"), task["new_cluster"], (engine,) if engine else ()
+            if engine and isinstance(task.get("job_cluster_key"), str):
+                by_cluster.setdefault(("job", job_key, task["job_cluster_key"]), []).append(engine)
+            named = CLUSTER_REFERENCE.match(str(task.get("existing_cluster_id", "")))
+            if engine and named:
+                by_cluster.setdefault(("cluster", named.group(1)), []).append(engine)
+    for job_key, job in jobs_of(tree):
+        for index, job_cluster in enumerate(_list(job.get("job_clusters"))):
+            if isinstance(job_cluster, dict) and isinstance(job_cluster.get("new_cluster"), dict):
+                engines = by_cluster.get(("job", job_key, job_cluster.get("job_cluster_key")), [])
+                yield (("resources", "jobs", job_key, "job_clusters", index, "new_cluster"),
+                       job_cluster["new_cluster"], tuple(dict.fromkeys(engines)))
+    for key, cluster in _mapping(_mapping(tree.get("resources")).get("clusters")).items():
+        if isinstance(cluster, dict):
+            engines = by_cluster.get(("cluster", str(key)), [])
+            yield ("resources", "clusters", str(key)), cluster, tuple(dict.fromkeys(engines))
+
+
+def request_from_cluster(cluster: Mapping, engines: tuple[str, ...] = (), cloud: str | None = None) -> ClusterRequest:
+    """A cluster spec (as in a bundle) read into a request. Unresolved `${...}` values stay as text; malformed parts
+    (the schema's findings) are read as absent."""
+    num_workers = cluster.get("num_workers", 0)
+    autoscale = _mapping(cluster.get("autoscale"))
+    if "max_workers" in autoscale:
+        num_workers = autoscale["max_workers"]
+    if cluster.get("is_single_node") is True:
+        num_workers = 0
+    return ClusterRequest(
+        node_type_id=str(cluster.get("node_type_id", "")),
+        num_workers=num_workers if isinstance(num_workers, int) and not isinstance(num_workers, bool) else 0,
+        spark_version=str(cluster.get("spark_version", "")),
+        engines=engines,
+        cloud=cloud,
+        data_security_mode=cluster.get("data_security_mode"),
+        runtime_engine=cluster.get("runtime_engine"),
+        spark_conf={str(key): str(value) for key, value in _mapping(cluster.get("spark_conf")).items()},
+        allow_unknown_node_type=str(_mapping(cluster.get("custom_tags")).get(OVERRIDE_TAG, "")).lower() == "true",
+        use_ml_runtime=cluster.get("use_ml_runtime") is True,
+        driver_node_type_id=cluster.get("driver_node_type_id") if isinstance(cluster.get("driver_node_type_id"),
+                                                                              str) else None,
+    )
+
+
+def guard_findings(tree: Mapping, catalog: Catalog | None = None) -> list[Finding]:
+    """The guards on every cluster of a merged tree (one target), with `path` set inside the tree."""
+    findings: list[Finding] = []
+    for path, cluster, engines in clusters_of(tree):
+        findings += check_cluster(request_from_cluster(cluster, engines), format_path(path), catalog)
+    return findings

@@ -1,0 +1,309 @@
+"""What one `train` run is asked to do: one frozen object, every default defined here once.
+
+Built once from the command line (`from_args`), every number checked while parsing, the options checked against
+each other before Spark starts (`check`), then resolved on the driver (`resolve`: the GPUs it sees, the precision,
+the table) and handed as it is to every rank (pickled by a distributor, or saved as JSON for torchrun). Each field
+with a `help` is a `train` option `--field-name`; the task's own options (its `Options` dataclass) are added the
+same way and travel as `task_options`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+
+from .task_interface import load_task
+
+PACKAGE = __package__
+DEFAULT_TASK = f"{PACKAGE}.task"
+ENGINES = ("torch_distributor", "deepspeed", "ray", "spark_ml_connect")
+TORCH_LOOP_ENGINES = ("torch_distributor", "deepspeed")  # what --handoff-to-torchrun can hand to torchrun
+DEEPSPEED_ENGINE, SPARK_ML_ENGINE = "deepspeed", "spark_ml_connect"
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+OFFLOADS = ("none", "optimizer", "optimizer+weights")
+SPARK_ML_APIS, SPARK_ML_MODELS = ("connect", "classic"), ("linear", "gbt", "random_forest")
+DEFAULT_LOCAL_PROCESSES = 2
+LOCAL_RUNS_DIR = os.path.join("build", "local-run")
+SHARED_FOLDERS = ("/Volumes/", "/dbfs/")  # what every node of a Databricks cluster reads as the same files
+MAX_NODES, MAX_PROCESSES = 256, 1024
+
+
+class ConfigError(ValueError):
+    """The options cannot work together (or with this machine); the message names the option to change."""
+
+
+# ------------------------------------------------------------------ parsing single values (while parsing)
+
+def whole(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+    return parse
+
+
+def number(low: float, high: float, low_open: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+            bound = f"above {low:g}" if low_open else f"at least {low:g}"
+            raise argparse.ArgumentTypeError(f"{text} must be a finite number {bound} and at most {high:g}")
+        return value
+    return parse
+
+
+def whole_numbers(text: str) -> tuple[int, ...]:
+    parts = [whole(1, 1_000_000)(part) for part in text.split(",")]
+    return tuple(parts)
+
+
+def json_file(text: str) -> dict:
+    """A JSON object read from a file: what --deepspeed-config names (a DeepSpeed config, or `advise --json`)."""
+    try:
+        with open(text) as file:
+            content = json.load(file)
+    except (OSError, ValueError) as error:
+        raise argparse.ArgumentTypeError(f"cannot read {text}: {error}") from None
+    if not isinstance(content, dict):
+        raise argparse.ArgumentTypeError(f"{text} holds no JSON object")
+    if "deepspeed_config" in content:  # the output of `advise --json`
+        if not isinstance(content["deepspeed_config"], dict):
+            raise argparse.ArgumentTypeError(f"the advice in {text} recommends no DeepSpeed (deepspeed_config is "
+                                             "null): train with the engine it names, or drop --deepspeed-config")
+        return content["deepspeed_config"]
+    return content
+
+
+def option(default: Any, help: str, *, parse: Callable | None = None, choices: tuple | None = None,
+           metavar: str | None = None, flag: str | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices, "metavar": metavar,
+                                            "flag": flag})
+
+
+@dataclass(frozen=True)
+class Config:
+    engine: str = option(None, "the training engine", choices=ENGINES)
+    task: str = option(DEFAULT_TASK, "the task module: what is trained (default: this project's task.py)",
+                       metavar="MODULE")
+    local: bool = option(False, "train on CPU processes on a local Spark session; without --table on a sample "
+                                "table the task creates")
+    table: str | None = option(None, "the table (catalog.schema.table) or parquet path to train on (default: the "
+                                     "task's table; with --local, its sample)", metavar="NAME_OR_PATH")
+    output_dir: str | None = option(None, "staged data, checkpoints and metrics; on a cluster a folder every node "
+                                          "reads, /Volumes/<catalog>/<schema>/<volume>/<run> (default with --local: "
+                                          f"{LOCAL_RUNS_DIR}/<engine>)", metavar="DIR")
+    num_nodes: int = option(1, "nodes to train on (default 1: single node first)", parse=whole(1, MAX_NODES),
+                            metavar="N")
+    gpus_per_node: int | None = option(None, "GPUs per node, one process each (default: the GPUs the driver sees)",
+                                       parse=whole(0, 64), metavar="G")
+    processes: int | None = option(None, "CPU processes per node instead of GPUs (default "
+                                         f"{DEFAULT_LOCAL_PROCESSES})", parse=whole(1, MAX_PROCESSES), metavar="N")
+    epochs: int = option(8, "passes over the training data", parse=whole(1, 100_000))
+    batch_size: int = option(64, "examples per step per process", parse=whole(1, 1_000_000))
+    learning_rate: float = option(3e-3, "AdamW's peak learning rate", parse=number(0.0, 10.0, low_open=True))
+    weight_decay: float = option(0.01, "AdamW's weight decay, on weight matrices only", parse=number(0.0, 1.0))
+    warmup_fraction: float = option(0.05, "share of the optimizer steps spent warming the learning rate up "
+                                          "(then a cosine decay to a tenth)", parse=number(0.0, 0.5))
+    grad_clip: float = option(1.0, "clip the gradients' global norm to this (0: no clipping)",
+                              parse=number(0.0, 1e6))
+    precision: str = option("auto", "mixed precision (auto: bf16 on GPUs that have it, else fp16; fp32 on CPU)",
+                            choices=PRECISIONS)
+    grad_accumulation: int = option(1, "micro-batches per optimizer step", parse=whole(1, 100_000), metavar="K")
+    seed: int = option(42, "seeds the split, the shuffles and the weights", parse=whole(0, 2 ** 31 - 1))
+    checkpoint_every: int = option(1, "epochs between checkpoints, in OUTPUT_DIR/checkpoints (the last always)",
+                                   parse=whole(1, 100_000), metavar="EPOCHS")
+    keep_checkpoints: int = option(2, "how many of the newest checkpoints to keep", parse=whole(1, 1000),
+                                   metavar="N")
+    resume: bool = option(True, "start over instead of resuming from the newest complete checkpoint in OUTPUT_DIR")
+    tracking: bool = option(True, "do not log params, metrics and the model to MLflow")
+    mlflow_experiment: str | None = option(None, "MLflow experiment (on Databricks a workspace path; default "
+                                                 "/Shared/<package> on a cluster, OUTPUT_DIR/mlruns with --local)",
+                                           metavar="NAME")
+    register_model: str | None = option(None, "also register the trained model in Unity Catalog",
+                                        metavar="CATALOG.SCHEMA.MODEL")
+    zero_stage: int | None = option(None, "DeepSpeed's ZeRO stage (default: from --deepspeed-config, else 2)",
+                                    parse=whole(0, 3))
+    offload: str | None = option(None, "DeepSpeed's CPU offload (default: from --deepspeed-config, else none)",
+                                 choices=OFFLOADS)
+    deepspeed_config: dict | None = option(None, "a DeepSpeed config, or the output of `advise --json`, to start "
+                                                 "from", parse=json_file, metavar="FILE")
+    spark_ml_api: str | None = option(None, "Spark ML: connect (pyspark.ml.connect, the default) or classic "
+                                            "(pyspark.ml over Spark Connect)", choices=SPARK_ML_APIS)
+    spark_ml_model: str | None = option(None, "Spark ML's regressor (default linear; gbt and random_forest need "
+                                              "--spark-ml-api classic)", choices=SPARK_ML_MODELS)
+    handoff_to_torchrun: bool = option(False, "stage the data and write the run's config and a torchrun command "
+                                              "to OUTPUT_DIR/torchrun/ instead of training (a serverless GPU job's "
+                                              "stage task; its GPU task runs the loop)")
+    task_options: Any = None  # the task's Options, built from its own options
+
+    @property
+    def task_name(self) -> str:
+        return self.task.rsplit(".", 1)[-1]
+
+    @property
+    def staging_dir(self) -> str:
+        return os.path.join(self.output_dir, "staging")
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return os.path.join(self.output_dir, "checkpoints")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the processes of a run go: resolved once from the config, the same for every engine."""
+
+    nodes: int
+    processes_per_node: int  # one per GPU, or CPU processes
+    use_gpu: bool
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.processes_per_node
+
+    def describe(self) -> str:
+        kind = "GPU" if self.use_gpu else "CPU"
+        where = "on one node" if self.nodes == 1 else f"on {self.nodes} nodes"
+        return f"{self.world_size} {kind} process(es) {where} ({self.processes_per_node} per node)"
+
+
+def placement(config: Config) -> Placement:
+    """The processes of a resolved config (`resolve` has set gpus_per_node)."""
+    if config.gpus_per_node:
+        return Placement(config.num_nodes, config.gpus_per_node, use_gpu=True)
+    return Placement(config.num_nodes, config.processes or DEFAULT_LOCAL_PROCESSES, use_gpu=False)
+
+
+# ------------------------------------------------------------------ the command line
+
+def add_options(parser: argparse.ArgumentParser, of: type, title: str | None = None) -> None:
+    """Every field of the dataclass `of` that has help (or any field, for a task's Options) as --field-name."""
+    group = parser.add_argument_group(title) if title else parser
+    for spec in fields(of):
+        meta = spec.metadata
+        if of is Config and "help" not in meta:
+            continue
+        flag = "--" + spec.name.replace("_", "-")
+        default = spec.default
+        kwargs: dict[str, Any] = {"dest": spec.name, "help": meta.get("help", "")}
+        if isinstance(default, bool):
+            if default:
+                group.add_argument("--no-" + flag[2:], action="store_false", **kwargs)
+            else:
+                group.add_argument(flag, action="store_true", **kwargs)
+            continue
+        parse = meta.get("parse") or (whole_numbers if isinstance(default, tuple) else
+                                      number(-1e9, 1e9) if isinstance(default, float) else
+                                      whole(-10 ** 9, 10 ** 9) if isinstance(default, int) else str)
+        if default is not None and "default" not in kwargs["help"]:
+            shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+            kwargs["help"] += f" (default {shown})"
+        group.add_argument(flag, type=parse, default=default, choices=meta.get("choices"),
+                           metavar=meta.get("metavar"), required=spec.name == "engine", **kwargs)
+
+
+def parser_for(task_module: str | None = None, engines: tuple[str, ...] = ENGINES) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {PACKAGE} train",
+                                     description="Train with one engine, on the cluster or locally (--local).")
+    add_options(parser, Config)
+    parser._option_string_actions["--engine"].choices = engines
+    if task_module is not None:
+        add_options(parser, load_task(task_module).Options, f"the task ({task_module})")
+    return parser
+
+
+def from_args(argv: list[str], engines: tuple[str, ...] = ENGINES) -> Config:
+    """Parse `train`'s command line (the task's options depend on --task, so it is read first)."""
+    first, _ = parser_for(None, engines).parse_known_args(argv)
+    task = load_task(first.task)
+    args = parser_for(first.task, engines).parse_args(argv)
+    values = vars(args)
+    task_options = task.Options(**{spec.name: values.pop(spec.name) for spec in fields(task.Options)})
+    return Config(**values, task_options=task_options)
+
+
+def check(config: Config) -> None:
+    """The options against each other: a ConfigError naming the option to change."""
+    given = lambda *names: [f"--{name.replace('_', '-')}" for name in names  # noqa: E731
+                            if getattr(config, name) is not None]
+    if config.local and config.num_nodes > 1:
+        raise ConfigError(f"--local runs on this machine, one node, but --num-nodes is {config.num_nodes}: drop "
+                          "--num-nodes, or run without --local on a cluster with that many nodes")
+    if config.local and config.gpus_per_node:
+        raise ConfigError(f"--local trains on CPU processes, but --gpus-per-node is {config.gpus_per_node}: drop "
+                          "it (--processes N sets the CPU processes), or run without --local on a GPU cluster")
+    if config.processes and config.gpus_per_node:
+        raise ConfigError(f"--processes {config.processes} and --gpus-per-node {config.gpus_per_node} both set the "
+                          "number of processes: with GPUs there is one per GPU, so drop --processes")
+    deepspeed = given("zero_stage", "offload", "deepspeed_config")
+    if deepspeed and config.engine != DEEPSPEED_ENGINE:
+        raise ConfigError(f"{', '.join(deepspeed)} configure DeepSpeed, but the engine is {config.engine}: use "
+                          "--engine deepspeed, or drop them")
+    if config.offload == "optimizer+weights" and (config.zero_stage or 3) != 3:
+        raise ConfigError(f"--offload optimizer+weights needs ZeRO stage 3, but --zero-stage is {config.zero_stage}:"
+                          " use --zero-stage 3, or --offload optimizer")
+    spark_ml = given("spark_ml_api", "spark_ml_model")
+    if spark_ml and config.engine != SPARK_ML_ENGINE:
+        raise ConfigError(f"{', '.join(spark_ml)} configure Spark ML, but the engine is {config.engine}: use "
+                          "--engine spark_ml_connect, or drop them")
+    if config.spark_ml_model not in (None, "linear") and config.spark_ml_api != "classic":
+        raise ConfigError(f"--spark-ml-model {config.spark_ml_model} is a pyspark.ml estimator, which "
+                          "pyspark.ml.connect lacks: add --spark-ml-api classic")
+    if config.register_model and not config.tracking:
+        raise ConfigError("--register-model registers the model MLflow logs, but --no-tracking turns MLflow off: "
+                          "drop one of them")
+    if config.handoff_to_torchrun and config.engine not in TORCH_LOOP_ENGINES:
+        raise ConfigError(f"--handoff-to-torchrun hands the torch loop to torchrun, but {config.engine} does not "
+                          f"train with it: use --engine {' or '.join(TORCH_LOOP_ENGINES)}")
+    if config.handoff_to_torchrun and not config.local and not config.gpus_per_node:
+        raise ConfigError("--handoff-to-torchrun plans a run on GPU nodes this task does not see: give "
+                          "--gpus-per-node (the GPUs of one node, e.g. 8 for GPU_8xH100) and --num-nodes")
+    if not config.local and not config.output_dir:
+        raise ConfigError("--output-dir is required on a cluster: give a folder every node reads, a Unity Catalog "
+                          "volume path /Volumes/<catalog>/<schema>/<volume>/<run> (or use --local)")
+    if config.output_dir and ("://" in config.output_dir or config.output_dir.startswith("dbfs:")):
+        raise ConfigError(f"--output-dir {config.output_dir} is a URI, but the training processes read the staged "
+                          "data as files: give a path, e.g. /Volumes/<catalog>/<schema>/<volume>/<run>")
+    if config.num_nodes > 1 and not (config.output_dir or "").startswith(SHARED_FOLDERS):
+        raise ConfigError(f"--output-dir {config.output_dir} is not shared between nodes, but the ranks on all "
+                          f"{config.num_nodes} nodes read the staged data from it: give a Unity Catalog volume "
+                          "path, /Volumes/<catalog>/<schema>/<volume>/<run>")
+
+
+def default_output_dir(config: Config) -> str:
+    """--local's folder: one per engine (and per task, for another task than the project's), so that runs of
+    different engines or tasks never resume each other's checkpoints."""
+    name = config.engine if config.task == DEFAULT_TASK else f"{config.engine}-{config.task_name}"
+    return os.path.join(LOCAL_RUNS_DIR, name)
+
+
+# ------------------------------------------------------------------ the run's config as a file (torchrun hand-off)
+
+def to_json(config: Config) -> dict:
+    return {**dataclasses.asdict(config), "task_options": dataclasses.asdict(config.task_options)}
+
+
+def from_json(content: Any, source: str) -> Config:
+    """The config `to_json` wrote; ValueError with the reason when it is not one."""
+    if not isinstance(content, dict) or not {"engine", "task", "output_dir", "task_options"} <= set(content):
+        raise ValueError(f"{source} is not a run's config: write it with `train --handoff-to-torchrun`")
+    unknown = sorted(set(content) - {spec.name for spec in fields(Config)})
+    if unknown:
+        raise ValueError(f"{source} has unknown fields {', '.join(unknown)}: it was written by another version of "
+                         "this package; run `train --handoff-to-torchrun` again with this one")
+    task = load_task(content["task"])
+    options = {spec.name: tuple(value) if isinstance(spec.default, tuple) else value
+               for spec in fields(task.Options) for value in [content["task_options"].get(spec.name, spec.default)]}
+    return Config(**{**content, "task_options": task.Options(**options)})

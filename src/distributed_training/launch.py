@@ -1,0 +1,211 @@
+"""`train --engine E`: the jobs' entry point on a cluster, and with --local a complete run on this machine.
+
+In order: the options (every number checked while parsing, their conflicts before Spark starts), the output folder
+(writable, and taken: a second run into it is refused at once), the Spark session (the driver's own after the
+preflight on a cluster; a local one with --local), the config resolved against it (GPUs, precision, table), then the
+engine's training, or with --handoff-to-torchrun the staging and the plan for torchrun. The report says where
+everything went. Errors are one line that names the fix; nothing is left half-written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import os
+import sys
+import time
+from contextlib import contextmanager
+
+from . import config as configuration
+from .config import Config, ConfigError, placement
+from .engines import LaunchError, TrainingRun, available, engine as engine_named
+from .staging import TableError
+from .task_interface import TaskError
+
+SAMPLE_TABLE_DIR = "sample_table"
+LOCK_FILE = ".train.lock"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m <package> train ...`; the exit code: 0 trained, 1 failed, 2 bad options."""
+    try:
+        config = configuration.from_args(sys.argv[1:] if argv is None else argv, available())
+        configuration.check(config)
+        config = dataclasses.replace(config, output_dir=os.path.abspath(config.output_dir or
+                                                                        configuration.default_output_dir(config)))
+    except (ConfigError, TaskError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    try:
+        with output_folder(config.output_dir):
+            config, result = _run(config)
+    except (ConfigError, LaunchError, TableError, TaskError) as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
+    if result is not None:
+        _report(config, result, time.perf_counter() - started)
+    return 0
+
+
+def train_main() -> None:
+    """The wheel's `train` entry point, which a job's python_wheel_task calls. It exits rather than returns: the task
+    runner ignores a return value, and a failed run must fail the task."""
+    sys.exit(main())
+
+
+def _run(config: Config) -> tuple[Config, TrainingRun | None]:
+    """The run, and the config as resolved for it; no TrainingRun when it was handed to torchrun."""
+    engine = engine_named(config.engine)
+    spark = None
+    try:
+        spark = _local_session(engine, config) if config.local else _cluster_session(config)
+        config = resolve(config, engine, spark)
+        if config.handoff_to_torchrun:
+            from .engines.torchrun import hand_off
+
+            hand_off(spark, config, _tracking_environment(config))
+            return config, None
+        return config, engine.train(spark, config, _tracking_environment(config))
+    finally:
+        # Stopped before an error is printed: what Spark logs as it winds down (cancelled jobs) comes above it.
+        if spark is not None and config.local:
+            spark.stop()
+
+
+@contextmanager
+def output_folder(path: str):
+    """The run's folder, created, writable and held for the run: a second run into it is refused at once. The lock
+    is the kernel's, so a run that crashes leaves nothing stuck."""
+    fix = "give this run its own --output-dir"
+    try:
+        os.makedirs(path, exist_ok=True)
+        lock = open(os.path.join(path, LOCK_FILE), "a+")
+    except OSError as error:
+        raise ConfigError(f"cannot write into --output-dir {path}: {error.strerror or error}. Give a folder this run "
+                          "can create and write (a Unity Catalog volume path on a cluster)") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise ConfigError(f"{path} is in use by another training run ({holder}): wait for it to end, or "
+                              f"{fix}") from None
+        except OSError as error:  # a file system without locks (some network mounts): go on unguarded
+            if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()} on {os.uname().nodename}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        lock.flush()
+        yield
+
+
+def resolve(config: Config, engine, spark) -> Config:
+    """The options that depend on where the run is: the GPUs per node (what the driver sees), the precision, the
+    table (--local without --table: the task's sample, written under the output folder)."""
+    gpus = config.gpus_per_node
+    if gpus is None:
+        gpus = 0 if config.local or config.processes or config.engine == "spark_ml_connect" else _driver_gpus()
+    precision = config.precision
+    if precision == "fp16" and not gpus:
+        raise ConfigError("--precision fp16 needs GPUs, but this run trains on CPU: use fp32 (or bf16)")
+    if precision == "auto":
+        precision = "fp32" if not gpus else "bf16" if config.handoff_to_torchrun or _bf16_supported() else "fp16"
+    table = config.table
+    if table is None and config.local:
+        table = os.path.join(config.output_dir, SAMPLE_TABLE_DIR)
+        print(f"writing a sample table (shaped like {engine.default_table(config)}) to {table}", flush=True)
+        engine.sample_table(spark, config).coalesce(1).write.mode("overwrite").parquet(table)
+    return dataclasses.replace(config, gpus_per_node=gpus, precision=precision,
+                               table=table or engine.default_table(config))
+
+
+def _driver_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def _bf16_supported() -> bool:
+    """Ampere and newer; the driver is a node of the same type as the workers."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def _local_session(engine, config: Config):
+    try:
+        return engine.local_session(config)
+    except Exception as error:  # pyspark reports a missing Java or a port it cannot bind in many shapes
+        raise LaunchError(f"could not start a local Spark session ({str(error).splitlines()[0]}): --local needs Java "
+                          "17 or newer on PATH or in JAVA_HOME, and SPARK_LOCAL_IP=127.0.0.1 where the host name "
+                          "does not resolve") from None
+
+
+def _cluster_session(config: Config):
+    """The driver's session, after the preflight: the cluster against what the job asks for. Off the cluster, with
+    Databricks Connect installed (it replaces pyspark), a remote session to the cluster the Databricks configuration
+    names (DATABRICKS_CLUSTER_ID, a profile, ...)."""
+    from .compute.preflight import PreflightError, TrainingRequest, ensure_ready
+
+    spark = _remote_session() if "DATABRICKS_RUNTIME_VERSION" not in os.environ else None
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.getOrCreate()
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        print("preflight skipped: a Spark Connect session does not show the cluster's hardware to the client")
+        return spark
+    if config.handoff_to_torchrun:
+        return spark  # the GPUs are those of the task that runs the command, not this one's
+    try:
+        ensure_ready(spark, TrainingRequest(config.engine, config.num_nodes, config.gpus_per_node))
+    except PreflightError as error:
+        raise LaunchError(str(error)) from None
+    return spark
+
+
+def _remote_session():
+    """Off the cluster: a Databricks Connect session, or None when databricks-connect is not installed."""
+    try:
+        from databricks.connect import DatabricksSession
+    except ImportError:
+        return None
+    return DatabricksSession.builder.getOrCreate()
+
+
+def _tracking_environment(config: Config) -> dict[str, str]:
+    """Host and token of the job's context, for worker processes that log to the workspace's MLflow.
+
+    Processes started by a distributor do not inherit the notebook context the driver's MLflow client uses; the
+    platform's documented remedy is to hand them DATABRICKS_HOST and DATABRICKS_TOKEN. Empty off Databricks, or
+    where the environment already has them. They travel as an argument, never in a file.
+    """
+    if config.local or not config.tracking or (os.environ.get("DATABRICKS_HOST") and os.environ.get("DATABRICKS_TOKEN")):
+        return {}
+    try:
+        from databricks.sdk.runtime import dbutils
+
+        context = dbutils.notebook.entry_point.getDbutils().notebook().getContext()
+        return {"DATABRICKS_HOST": context.apiUrl().get(), "DATABRICKS_TOKEN": context.apiToken().get()}
+    except Exception:  # not on Databricks, or no context to ask: nothing to hand over
+        return {}
+
+
+def _report(config: Config, result: TrainingRun, seconds: float) -> None:
+    metrics = result.metrics
+    shown = {name: value for name, value in metrics["final"].items()
+             if name not in ("epoch", "train_seconds", "examples_per_second", "learning_rate")}
+    lines = [f"\nTrained with {config.engine}: {result.description}.",
+             f"  data     {config.table}",
+             f"  result   held-out loss {metrics['held_out_loss']:.4f}; the trivial predictor's: "
+             f"{metrics['baseline_loss']:.4f}",
+             "  scores   " + ", ".join(f"{name} {value:.4g}" if isinstance(value, float) else f"{name} {value}"
+                                      for name, value in shown.items()),
+             f"  metrics  {metrics['metrics_file']}"]
+    if "model_dir" in metrics:
+        lines.append(f"  model    {metrics['model_dir']}")
+    lines.append(f"  time     {seconds:.1f} s")
+    print("\n".join(lines))

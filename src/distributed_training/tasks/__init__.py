@@ -1,0 +1,1 @@
+"""The built-in tasks. A generated project carries the one its `task` answer names, as `<package>/task.py`."""
