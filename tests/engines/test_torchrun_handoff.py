@@ -1,83 +1,93 @@
-"""The serverless GPU job's two steps, here on CPU: `train --handoff-to-torchrun` stages the table and writes the
-run's config and command, then that command (what the `ai_runtime_task` runs on every node) trains under torchrun.
-"""
+"""The serverless GPU job's two steps, here on CPU. `train --handoff-to-torchrun` stages the table and writes the run's
+config and a command with torch and DeepSpeed unimportable (serverless compute has neither); then the command trains
+under torchrun (what the GPU task runs on every node). And the GPU side finds its config through MLflow, as a node
+of an ai_runtime_task does, or says what it misses."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from distributed_training.engines.torchrun_handoff import command_script
+from distributed_training import config as configuration
+from distributed_training.engines import LaunchError
+from distributed_training.engines.torchrun import CONFIG_TAG, config_of_platform_run, torchrun_command
 
-SOURCE = Path(__file__).resolve().parents[2] / "src"
-BETTER_THAN_THE_MEAN = 3.0
-
-
-def environment(**extra):
-    """This interpreter first on PATH (the command runs `python`), the checkout's package importable."""
-    return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")])), **extra}
+from conftest import FARE, LANGUAGE, SUPPORT, assert_it_learned, environment, metrics_of, output_of, train_command
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed"])
-def test_the_serverless_command_trains_what_the_stage_step_planned(tmp_path, engine):
-    """As in the job: the config goes beside the staged data, the command to the (workspace) path the GPU task runs."""
+@pytest.mark.parametrize("engine, task", [("torch_distributor", FARE), ("deepspeed", LANGUAGE)])
+def test_the_stage_step_needs_no_torch_and_its_command_trains(tmp_path, engine, task):
     output = tmp_path / "run"
-    command = tmp_path / "workspace" / ".bundle" / "torchrun" / engine / "command.sh"
-    staged = subprocess.run(
-        [sys.executable, "-m", "distributed_training", "train", "--engine", engine, "--local", "--handoff-to-torchrun",
-         "--output-dir", str(output), "--command-path", str(command), "--epochs", "3"],
-        capture_output=True, text=True, env=environment(), timeout=300,
-    )
-    assert staged.returncode == 0, staged.stdout[-3000:] + staged.stderr[-3000:]
-    assert f"command  {command}" in staged.stdout
+    without_torch = environment(SUPPORT / "without_torch")
+    staged = train_command(output, engine, task, "--handoff-to-torchrun", "--epochs", "3", env=without_torch)
+    assert staged.returncode == 0, output_of(staged)
+    proof = subprocess.run([sys.executable, "-c", "import torch"], env=without_torch, capture_output=True)
+    assert proof.returncode != 0, "torch was importable: the test proves nothing"
     assert not (output / "metrics.json").exists(), "the stage step must not train"
+    written = json.loads((output / "torchrun" / "config.json").read_text())
+    assert (written["engine"], written["task"], written["handoff_to_torchrun"]) == (engine, task, True)
 
-    assert not (output / "torchrun" / "command.sh").exists()
-    trained = subprocess.run(["bash", str(command)], cwd=tmp_path, capture_output=True, text=True,
-                             env=environment(), timeout=300)
-    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
-    metrics = json.loads((output / "metrics.json").read_text())
-    losses = [epoch["train_loss"] for epoch in metrics["epochs"]]
-    assert metrics["world_size"] == 2 and len(losses) == 3 and losses[-1] < losses[0], losses
-    assert metrics["final"]["test_rmse"] * BETTER_THAN_THE_MEAN < metrics["final"]["baseline_rmse"]
+    trained = subprocess.run(["bash", str(output / "torchrun" / "command.sh")], cwd=tmp_path, capture_output=True,
+                             text=True, env=environment(), timeout=600)
+    assert trained.returncode == 0, output_of(trained)
+    metrics = metrics_of(output)
+    assert metrics["world_size"] == 2 and metrics["engine"] == engine
+    assert_it_learned(metrics, task)
     assert (output / "checkpoints" / "epoch-00003" / "complete.json").exists()
-    config = json.loads((output / "torchrun" / "config.json").read_text())
-    assert config["strategy"] == ("deepspeed" if engine == "deepspeed" else "ddp")
-    assert config["tracking"]["environment"] == {}  # credentials never land in a file
 
 
-def test_a_multi_node_command_stops_at_once_without_the_nodes_rank(tmp_path):
-    script = tmp_path / "command.sh"
-    script.write_text(command_script("/Volumes/c/s/v/run/torchrun/config.json", processes_per_node=8, nodes=2,
-                                     use_gpu=True))
-    assert "--nnodes 2" in script.read_text() and "--nproc-per-node 8" in script.read_text()
-    bare = {name: value for name, value in environment().items() if name not in ("NODE_RANK", "MASTER_ADDR")}
-    completed = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=bare, timeout=30)
-    assert completed.returncode == 2
-    assert "NODE_RANK is not set: this 2-node run needs each node's rank" in completed.stderr
+def test_credentials_never_land_in_the_config_file(tmp_path, monkeypatch):
+    """The stage task hands MLflow credentials to the processes it starts as an argument; the config file it writes
+    for other machines holds none, even when the environment has them."""
+    from distributed_training.engines import torchrun
+
+    monkeypatch.setenv("DATABRICKS_TOKEN", "dapi-secret-token")
+    config = configuration.from_args(["--engine", "torch_distributor", "--task", FARE, "--local",
+                                      "--output-dir", str(tmp_path)])
+    monkeypatch.setattr(torchrun, "stage", lambda *args: None)
+    torchrun.hand_off(None, config, {"DATABRICKS_HOST": "https://x", "DATABRICKS_TOKEN": "dapi-secret-token"})
+    written = (tmp_path / "torchrun" / "config.json").read_text() + (tmp_path / "torchrun" / "command.sh").read_text()
+    assert "dapi-secret-token" not in written and "DATABRICKS_HOST" not in written
 
 
-def test_the_command_runs_the_code_the_task_unpacked_before_the_installed_wheel(tmp_path):
-    """The platform unpacks code_source_path on each node and names it CODE_SOURCE_PATH: that copy is what runs."""
-    code_source = tmp_path / "code_source"
-    loop = code_source / "distributed_training" / "training"
-    loop.mkdir(parents=True)
-    for package in (loop.parent, loop):
-        (package / "__init__.py").write_text("")
-    (loop / "train_staged.py").write_text(
-        "import os, sys\n"
-        "open(os.path.join(os.environ['MARKER_DIR'], 'rank-' + os.environ['RANK']), 'w').write(sys.argv[-1])\n")
-    script = tmp_path / "command.sh"
-    script.write_text(command_script("/staged/config.json", processes_per_node=2, nodes=1, use_gpu=False))
-    completed = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
-                               env=environment(CODE_SOURCE_PATH=str(code_source), MARKER_DIR=str(tmp_path)))
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert sorted(path.name for path in tmp_path.glob("rank-*")) == ["rank-0", "rank-1"]
-    assert (tmp_path / "rank-0").read_text() == "/staged/config.json"
+def gpu_config(tmp_path, nodes):
+    return configuration.Config(engine="deepspeed", task=FARE, output_dir=str(tmp_path), num_nodes=nodes,
+                                gpus_per_node=8, task_options=None)
+
+
+def test_one_node_is_standalone_and_several_meet_at_the_first_node(tmp_path, monkeypatch):
+    one = torchrun_command(gpu_config(tmp_path, 1), "/v/config.json")
+    assert one[1:6] == ["-m", "torch.distributed.run", "--nproc-per-node", "8", "--standalone"]
+    assert one[-4:] == ["distributed_training.engines.torchrun", "--worker", "--config", "/v/config.json"]
+    monkeypatch.setenv("NODE_RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.4")
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    several = torchrun_command(gpu_config(tmp_path, 2), "/v/config.json")
+    assert several[5:13] == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.4", "--master-port",
+                             "29400"]
+    monkeypatch.delenv("MASTER_ADDR")
+    with pytest.raises(LaunchError, match="MASTER_ADDR not set: this 2-node run needs"):
+        torchrun_command(gpu_config(tmp_path, 2), "/v/config.json")
+
+
+def test_a_node_finds_its_config_through_the_experiment_of_the_platform_s_mlflow_run(tmp_path, monkeypatch):
+    """The stage task tags the experiment; the platform opens a run in it for the GPU task and names it in
+    MLFLOW_RUN_ID. A local file store stands in for the workspace's MLflow."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path / 'mlruns'}")
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    with pytest.raises(LaunchError, match="MLFLOW_RUN_ID is not set"):
+        config_of_platform_run()
+    experiment = mlflow.set_experiment("stage-and-train")
+    run = mlflow.MlflowClient().create_run(experiment.experiment_id)
+    monkeypatch.setenv("MLFLOW_RUN_ID", run.info.run_id)
+    with pytest.raises(LaunchError, match="names no run config"):
+        config_of_platform_run()
+    mlflow.MlflowClient().set_experiment_tag(experiment.experiment_id, CONFIG_TAG, "/Volumes/c/s/v/run/config.json")
+    assert config_of_platform_run() == "/Volumes/c/s/v/run/config.json"

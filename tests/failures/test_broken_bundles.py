@@ -140,6 +140,47 @@ def test_every_value_replaced_by_every_wrong_type_is_reported_or_accepted_never_
     assert codes.get(1, 0) > len(MUTATIONS) / 3, codes
 
 
+SERVERLESS_JOB = {"resources": {"jobs": {"finetune": {
+    "name": "finetune",
+    "environments": [{"environment_key": "gpu", "spec": {"environment_version": "4", "dependencies": ["x"]}}],
+    "tasks": [
+        {"task_key": "stage", "environment_key": "gpu", "python_wheel_task": {
+            "package_name": "good_training", "entry_point": "train", "parameters": ["--engine", "deepspeed"]}},
+        {"task_key": "sweep", "depends_on": [{"task_key": "stage"}], "for_each_task": {"inputs": "[1]", "task": {
+            "task_key": "train", "environment_key": "gpu", "ai_runtime_task": {
+                "experiment": "finetune", "code_source_path": "/Workspace/Shared/code",
+                "deployments": [{"name": "train", "command_path": "${workspace.file_path}/src/command.sh",
+                                 "compute": {"accelerator_type": "GPU_8xH100", "accelerator_count": 8}}]}}}},
+    ]}}, "clusters": {"shared": {"spark_version": "17.3.x-scala2.13", "node_type_id": "Standard_NC64as_T4_v3",
+                                 "kind": "CLASSIC_PREVIEW", "use_ml_runtime": True, "is_single_node": True,
+                                 "driver_node_type_id": "Standard_D8ds_v5"}}}}
+
+
+def test_every_value_of_a_serverless_job_replaced_by_every_wrong_type_is_never_a_crash(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """The same for the shapes the classic bundle lacks: an ai_runtime_task inside a for_each_task, its
+    deployments and paths, and an all-purpose cluster in the new (CLASSIC_PREVIEW) form. Without the schema."""
+    monkeypatch.delenv("DATABRICKS_BUNDLE_SCHEMA", raising=False)
+    file = "resources/finetune.job.yml"
+    bundle = tmp_path / "bundle"
+    shutil.copytree(GOOD, bundle)
+    (bundle / "src" / "command.sh").write_text("torchrun -m good_training\n")
+    (bundle / file).write_text(yaml.safe_dump(SERVERLESS_JOB))
+    code, output = validate(bundle, capsys)
+    assert code == 0 and "0 errors, 0 warnings" in output, output  # the unmutated job is clean
+    crashed = []
+    for path in _paths(SERVERLESS_JOB):
+        for value in WRONG_VALUES:
+            (bundle / file).write_text(yaml.safe_dump(_replaced(SERVERLESS_JOB, path, value)))
+            try:
+                code, output = validate(bundle, capsys)
+            except Exception as error:  # noqa: BLE001 - collected, so one run lists every crash
+                crashed.append(f"{'.'.join(map(str, path))} = {value!r}: {type(error).__name__}: {error}")
+                continue
+            assert code in (0, 1), f"{path} = {value!r} exited {code}: {output}"
+    assert crashed == [], "\n".join(crashed)
+
+
 @pytest.mark.parametrize("breakage", ["no root file", "root file is a folder", "folder is a file", "no folder",
                                       "included file is a folder", "included file is binary", "included file is empty",
                                       "root file is binary", "include names a missing file", "include is a mapping"])

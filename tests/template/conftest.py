@@ -1,3 +1,5 @@
+"""Rendering the template through cookiecutter's Python API, as `cookiecutter --no-input` does."""
+
 from __future__ import annotations
 
 import os
@@ -6,22 +8,48 @@ from pathlib import Path
 import pytest
 from cookiecutter.main import cookiecutter
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "distributed-training"
+REPOSITORY = Path(__file__).resolve().parents[2]
+TEMPLATE = REPOSITORY / "templates" / "distributed-training"
+
+
+def render_template(output_dir: Path, **answers) -> Path:
+    """The project folder cookiecutter writes for these answers (every other answer at its default)."""
+    answers = {key: str(value) for key, value in answers.items()}
+    return Path(cookiecutter(str(TEMPLATE), no_input=True, extra_context=answers, output_dir=str(output_dir)))
 
 
 @pytest.fixture
 def render(tmp_path):
-    """Render the template through cookiecutter's Python API; returns the project folder."""
+    """Render into this test's own folder (or `output_dir`); returns the project folder, the test's to edit."""
 
     def _render(output_dir: Path | None = None, **answers) -> Path:
-        answers = {key: str(value) for key, value in answers.items()}
-        return Path(cookiecutter(str(TEMPLATE), no_input=True, extra_context=answers,
-                                 output_dir=str(output_dir or tmp_path)))
+        return render_template(output_dir or tmp_path, **answers)
 
     return _render
 
 
 @pytest.fixture(scope="session")
+def render_into():
+    """`render_template(output_dir, **answers)`, for fixtures of any scope that need a project of their own."""
+    return render_template
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory):
+    """Render once per set of answers for the whole session; the project is shared, so read it, never edit it."""
+    projects: dict[tuple, Path] = {}
+
+    def _rendered(**answers) -> Path:
+        key = tuple(sorted((name, str(value)) for name, value in answers.items()))
+        if key not in projects:
+            projects[key] = render_template(tmp_path_factory.mktemp("rendered"), **answers)
+        return projects[key]
+
+    return _rendered
+
+
+@pytest.fixture(scope="session")
 def bundle_schema() -> Path | None:
+    """The Databricks CLI's bundle JSON schema (`databricks bundle schema`), when DATABRICKS_BUNDLE_SCHEMA names it."""
     path = os.environ.get("DATABRICKS_BUNDLE_SCHEMA")
     return Path(path) if path else None

@@ -1,42 +1,92 @@
-"""A generated project never installs databricks-connect and pyspark together (Databricks Connect replaces it)."""
+"""A generated project's dependencies: nothing heavy on the cluster, the tooling only in the `test` extra, and
+databricks-connect never beside pyspark (Databricks Connect replaces it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import re
+import subprocess
 import tomllib
+from pathlib import Path
 
 import pytest
 
+REPOSITORY = Path(__file__).resolve().parents[2]
+TOOL = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())
+HEAVY = {"pyspark", "torch", "deepspeed", "ray", "mlflow", "mlflow-skinny", "databricks-connect"}
+
+
+def name_of(requirement: str) -> str:
+    return re.match(r"[A-Za-z0-9_.-]+", requirement).group().lower().replace("_", "-")
+
+
+def extras_of(requirement: str) -> list[str]:
+    chosen = re.match(r"[A-Za-z0-9_.-]+\s*\[([^\]]+)\]", requirement)
+    return [extra.strip() for extra in chosen.group(1).split(",")] if chosen else []
+
 
 def requirement_names(pyproject: dict, selection: tuple[str, ...]) -> set[str]:
-    """Distribution names installed for the project itself plus the chosen extras/groups, self-references followed."""
+    """Distribution names installed for the project itself plus the chosen extras/groups, self-references and the
+    tool's own extras (from this repository's pyproject.toml) followed."""
+    documents = {name_of(pyproject["project"]["name"]): pyproject, name_of(TOOL["project"]["name"]): TOOL}
     project = pyproject["project"]
-    extras = project.get("optional-dependencies", {})
-    groups = pyproject.get("dependency-groups", {})
-    names: set[str] = set()
-    pending = [("dependencies", None)] + [(("extra" if item in extras else "group"), item) for item in selection]
-    seen = set()
+    pending = [(name_of(project["name"]), "", None)] + [
+        (name_of(project["name"]), "extra" if item in project.get("optional-dependencies", {}) else "group", item)
+        for item in selection]
+    names, seen = set(), set()
     while pending:
-        kind, item = pending.pop()
-        if (kind, item) in seen:
+        owner, kind, item = pending.pop()
+        if (owner, kind, item) in seen:
             continue
-        seen.add((kind, item))
-        requirements = project["dependencies"] if kind == "dependencies" else (extras if kind == "extra" else groups)[item]
+        seen.add((owner, kind, item))
+        document = documents[owner]
+        requirements = (document["project"]["dependencies"] if not kind else
+                        document["project"]["optional-dependencies"][item] if kind == "extra" else
+                        document["dependency-groups"][item])
         for requirement in requirements:
-            name = re.match(r"[A-Za-z0-9_.-]+", requirement).group().lower().replace("_", "-")
-            chosen = re.search(r"\[([^\]]+)\]", requirement)
-            if name == project["name"] and chosen:
-                pending += [("extra", extra.strip()) for extra in chosen.group(1).split(",")]
+            name = name_of(requirement)
+            if name in documents:
+                pending += [(name, "", None), *((name, "extra", extra) for extra in extras_of(requirement))]
+                if name != owner:
+                    names.add(name)
             else:
                 names.add(name)
     return names
 
 
-@pytest.mark.parametrize("spark_version, connect", [("17.3.x-gpu-ml-scala2.13", "17.3.*"),
-                                                    ("16.4.x-gpu-ml-scala2.12", "16.4.*")])
-def test_no_install_combination_puts_databricks_connect_beside_pyspark(render, spark_version, connect):
-    project = render(spark_version=spark_version)
+def test_the_cluster_gets_no_heavy_package_and_the_tool_comes_with_the_test_extra(rendered):
+    project = rendered(engine="all")
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    assert not requirement_names(pyproject, ()) & HEAVY  # the wheel a job installs: the runtime has them
+    [tool] = [requirement for requirement in pyproject["project"]["optional-dependencies"]["test"]
+              if name_of(requirement) == "distributed-training"]
+    # generated from this checkout: the tool from the same folder, with the extras its commands need
+    assert tool == f"distributed-training[validate,remote] @ {REPOSITORY.as_uri()}"
+    assert {"validate", "remote"} <= set(TOOL["project"]["optional-dependencies"])
+    test = requirement_names(pyproject, ("test",))
+    assert {"distributed-training", "jsonschema", "databricks-sdk", "pytest", "pyspark", "torch"} <= test
+    assert "distributed-training" not in requirement_names(pyproject, ("local",))
+    assert "cookiecutter" not in test  # generating is not what a project's tests do
+
+
+@pytest.mark.parametrize("answers, engines", [({}, {"torch_distributor"}), ({"engine": "all"}, {"ray", "spark_ml"}),
+                                              ({"engine": "ray"}, {"ray"}),
+                                              ({"engine": "spark_ml_connect"}, {"spark_ml"})],
+                         ids=lambda value: "-".join(value.values()) if isinstance(value, dict) else None)
+def test_the_local_extra_has_what_the_chosen_engines_need(rendered, answers, engines):
+    pyproject = tomllib.loads((rendered(**answers) / "pyproject.toml").read_text())
+    local = requirement_names(pyproject, ("local",))
+    assert {"pyspark", "torch", "mlflow-skinny", "pandas"} <= local
+    assert ("ray" in local) == ("ray" in engines)
+    assert ("torcheval" in local) == ("spark_ml" in engines)
+
+
+@pytest.mark.parametrize("answers, connect", [({}, "17.3.*"), ({"spark_version": "16.4.x-scala2.12"}, "16.4.*"),
+                                              ({"compute": "serverless_gpu"}, "17.3.*")],
+                         ids=["default", "16.4", "serverless"])
+def test_no_install_combination_puts_databricks_connect_beside_pyspark(rendered, answers, connect):
+    project = rendered(**answers)
     pyproject = tomllib.loads((project / "pyproject.toml").read_text())
     assert pyproject["dependency-groups"]["connect"] == [f"databricks-connect=={connect}"]
     choices = [*pyproject["project"]["optional-dependencies"], *pyproject["dependency-groups"]]
@@ -50,3 +100,27 @@ def test_no_install_combination_puts_databricks_connect_beside_pyspark(render, s
                 assert "pyspark" not in names, selection
     assert ("test",) in with_pyspark and ("local",) in with_pyspark
     assert not any("connect" in selection for selection in with_pyspark if len(selection) == 1)
+    # the tool a project tests with never brings either into the connect environment
+    assert not {"pyspark", "databricks-connect"} & requirement_names(
+        {"project": {"name": "probe", "dependencies": ["distributed-training[validate,remote]"]}}, ())
+
+
+def load_extensions():
+    spec = importlib.util.spec_from_file_location(
+        "local_extensions", REPOSITORY / "templates" / "distributed-training" / "local_extensions.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_project_generated_from_a_git_url_pins_the_tool_to_the_commit():
+    extensions = load_extensions()
+    commit = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    requirement = extensions.tool_requirement("gh:example/distributed-training")
+    assert requirement == f"distributed-training[validate,remote] @ git+https://github.com/example/" \
+                          f"distributed-training@{commit}"
+    assert extensions.tool_requirement("git+https://example.com/dt.git").startswith(
+        "distributed-training[validate,remote] @ git+https://example.com/dt.git@")
+    assert extensions.tool_requirement(str(REPOSITORY / "templates" / "distributed-training")) == (
+        f"distributed-training[validate,remote] @ {REPOSITORY.as_uri()}")

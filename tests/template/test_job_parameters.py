@@ -1,42 +1,124 @@
-"""Every generated job passes parameters that the `train` entry point accepts: template and CLI cannot drift."""
+"""Every generated job passes parameters that its project's `train` accepts, and every notebook runs what its job
+runs: template and runtime cannot drift.
+
+The generated package is not importable here, so the lists are parsed with this repository's `config` (the runtime
+the project carries byte for byte, test_generated_package.py), the project's task named by --task and the engines
+limited to those the project carries, as its `train` (launch.main) would limit them.
+"""
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
 import yaml
 
-from distributed_training.cli import build_parser
-from distributed_training.engines.settings import settings_from_args
+from distributed_training import config as configuration
+from distributed_training.compute.catalog import default_catalog
+from distributed_training.serverless import ACCELERATORS
 
+ROOT_PATH = "/Workspace/Users/me@example.com/.bundle/my-training/dev"
+VOLUME = "/Volumes/main/default/dev_me_my_training_training"
 # Deploy-time values, as the CLI and the Jobs service would fill them in.
-DEPLOYED = {"${var.training_table}": "samples.nyctaxi.trips", "${var.catalog}": "main", "${var.schema}": "default",
+DEPLOYED = {"${var.catalog}": "main", "${var.schema}": "default",
             "${resources.volumes.training.name}": "dev_me_my_training_training", "{{job.parameters.epochs}}": "5",
-            "${workspace.current_user.userName}": "me@example.com", "${bundle.name}": "my-training"}
+            "${workspace.root_path}": ROOT_PATH}
+TABLES = {"fare_regression": "samples.nyctaxi.trips", "causal_lm": "samples.tpch.orders"}
+# What a notebook asks for in widgets instead of the job's deploy-time values (each, in the notebook's source).
+WIDGETS = {"${var.training_table}": "dbutils.widgets.get('table')",
+           "{{job.parameters.epochs}}": "dbutils.widgets.get('epochs')"}
+RENDERS = [
+    *({"cloud": "aws", "engine": "all", "num_workers": workers, "task": task} for workers in (0, 2) for task in TABLES),
+    *({"compute": "serverless_gpu", "engine": engine, "accelerator_type": "GPU_8xH100", "accelerator_count": count,
+       "task": task} for engine, count in (("torch_distributor", 8), ("deepspeed", 16)) for task in TABLES),
+]
 
 
-def deployed(parameter: str) -> str:
-    for reference, value in DEPLOYED.items():
+def deployed(parameter: str, table: str) -> str:
+    for reference, value in {**DEPLOYED, "${var.training_table}": table}.items():
         parameter = parameter.replace(reference, value)
     assert not re.search(r"\$\{|\{\{", parameter), f"{parameter}: a reference this test does not know"
     return parameter
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_every_job_parameter_list_is_accepted_by_train(render, num_workers):
-    project = render(cloud="aws", engine="all", num_workers=num_workers)
+def carried_engines(project) -> tuple[str, ...]:
+    present = {path.stem for path in (project / "src" / "my_training" / "engines").glob("*.py")}
+    return tuple(engine for engine in configuration.ENGINES if engine in present)
+
+
+def wheel_tasks(project):
+    """(job key, job, task) of every python_wheel_task of the project's jobs."""
     for path in sorted((project / "resources").glob("*.job.yml")):
         for key, job in yaml.safe_load(path.read_text())["resources"]["jobs"].items():
-            wheel_task = job["tasks"][-1]["python_wheel_task"]
-            assert (wheel_task["entry_point"], wheel_task["package_name"]) == ("train", "my_training")
-            args = build_parser().parse_args(["train", *map(deployed, wheel_task["parameters"])])
-            settings = settings_from_args(args)
-            assert settings.engine == key.removeprefix("train_")
-            assert settings.output_dir.startswith("/Volumes/main/default/")
-            assert settings.mlflow_experiment == "/Users/me@example.com/my-training"
-            if key == "train_spark_ml_connect":
-                # The Standard runtime has no torch for pyspark.ml.connect; Spark spreads over the executors itself.
-                assert settings.spark_ml_api == "classic"
-            else:
-                assert settings.num_nodes == max(num_workers, 1)
+            for task in job["tasks"]:
+                if "python_wheel_task" in task:
+                    yield key, job, task
+
+
+@pytest.mark.parametrize("answers", RENDERS, ids=lambda answers: "-".join(map(str, answers.values())))
+def test_every_job_parameter_list_is_accepted_by_the_projects_train(rendered, answers):
+    project = rendered(**answers)
+    task_name, serverless = answers["task"], answers.get("compute") == "serverless_gpu"
+    table = yaml.safe_load((project / "databricks.yml").read_text())["variables"]["training_table"]["default"]
+    assert table == TABLES[task_name]
+    engines = carried_engines(project)
+    seen = set()
+    for key, job, task in wheel_tasks(project):
+        wheel_task = task["python_wheel_task"]
+        assert (wheel_task["entry_point"], wheel_task["package_name"]) == ("train", "my_training")
+        argv = [deployed(parameter, table) for parameter in wheel_task["parameters"]]
+        assert "--task" not in argv  # the project trains its own task.py
+        config = configuration.from_args([*argv, "--task", f"distributed_training.tasks.{task_name}"], engines)
+        configuration.check(config)
+        engine = key.removeprefix("train_")
+        seen.add(engine)
+        assert config.engine == engine
+        assert (config.local, config.epochs, config.output_dir) == (False, 5, f"{VOLUME}/{engine}")
+        assert config.mlflow_experiment == f"{ROOT_PATH}/my-training-{engine}"
+        if engine == "spark_ml_connect":
+            # The Standard runtime has no torch for pyspark.ml.connect; Spark spreads over the executors itself.
+            assert (config.spark_ml_api, config.table) == ("classic", None)
+            continue
+        assert config.table == TABLES[task_name]
+        assert config.handoff_to_torchrun == serverless
+        if serverless:
+            assert task["task_key"] == "stage"
+            per_node = ACCELERATORS[answers["accelerator_type"]].gpus_per_node
+            assert (config.num_nodes, config.gpus_per_node) == (answers["accelerator_count"] // per_node, per_node)
+        else:
+            node_type = job["job_clusters"][0]["new_cluster"]["node_type_id"]
+            assert config.num_nodes == max(answers["num_workers"], 1)
+            assert config.gpus_per_node == default_catalog().find(node_type).gpus > 0
+        if task_name == "causal_lm":  # a GPU job trains more than the CPU tests' tiny model
+            assert config.task_options.model_size == "small"
+    assert seen == set(engines)
+
+
+@pytest.mark.parametrize("answers", [{"engine": "all", "num_workers": 2, "cloud": "aws"},
+                                     {"engine": "all", "task": "causal_lm"}],
+                         ids=lambda answers: "-".join(map(str, answers.values())))
+def test_every_notebook_runs_its_jobs_arguments(rendered, answers):
+    """The notebook's main([...]) is the job's list, except what a widget fills in (table, output folder, epochs)
+    and the experiment, which the notebook puts in its own root path."""
+    project = rendered(**answers)
+    task_name = answers.get("task", "fare_regression")
+    notebooks = set()
+    for key, _, task in wheel_tasks(project):
+        engine = key.removeprefix("train_")
+        source = (project / "notebooks" / f"train_{engine}.py").read_text()
+        notebooks.add(engine)
+        [call] = [node for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "main"]
+        [listed] = call.args
+        arguments = [element.value if isinstance(element, ast.Constant) else ast.unparse(element)
+                     for element in listed.elts]
+        expected = [WIDGETS.get(value, value) for value in task["python_wheel_task"]["parameters"]]
+        expected = ["dbutils.widgets.get('output_dir')" if value.startswith("/Volumes/") else
+                    "experiment" if value.startswith("${workspace.root_path}/") else value for value in expected]
+        assert arguments == expected, engine
+        assert "from my_training.launch import main" in source
+        if "--table" in arguments:  # the widget's default is the job's table
+            assert f'dbutils.widgets.text("table", "{TABLES[task_name]}"' in source
+        assert f'experiment = f"{{root_path}}/my-training-{engine}"' in source
+    assert notebooks == {path.stem.removeprefix("train_") for path in (project / "notebooks").glob("*.py")}

@@ -1,20 +1,29 @@
-"""compute=serverless_gpu: a serverless task stages and plans, an `ai_runtime_task` runs the loop under torchrun.
+"""compute=serverless_gpu: a serverless task stages the data and plans the run, an `ai_runtime_task` runs the loop
+under torchrun through the project's own src/command.sh.
 
-Rendered projects for every engine that runs there validate against the CLI's schema and the typed classes; the
-answers that cannot work there are refused with the rule and nothing is written; hand edits are caught by `validate`.
+Rendered projects for every engine that runs there, on every accelerator, validate against the CLI's schema and the
+typed classes; the answers that cannot work there are refused with the rule and nothing is written; hand edits are
+caught by `validate`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 from cookiecutter.exceptions import FailedHookException
 
+from distributed_training.advise import add_arguments, advise, job_from_args
 from distributed_training.bundle.validate import validate_bundle
-from distributed_training.compute.advise import add_arguments, advise, job_from_args
-from distributed_training.compute.serverless import ACCELERATORS, SERVERLESS_ENGINES
+from distributed_training.compute.runtime import versions
+from distributed_training.serverless import ACCELERATORS, SERVERLESS_ENGINES
+
+COMMAND_PATH = "${workspace.file_path}/src/command.sh"
 
 
 def errors_of(project, schema):
@@ -34,37 +43,77 @@ def option(parameters, name):
 @pytest.mark.parametrize("accelerator_type, accelerator_count", [
     ("GPU_1xA10", 1), ("GPU_1xH100", 1), ("GPU_8xH100", 8), ("GPU_8xH100", 16)])
 @pytest.mark.parametrize("engine", SERVERLESS_ENGINES)
-def test_serverless_projects_validate_and_hand_the_run_to_torchrun(render, bundle_schema, engine, accelerator_type,
+def test_serverless_projects_validate_and_hand_the_run_to_torchrun(rendered, bundle_schema, engine, accelerator_type,
                                                                    accelerator_count):
-    project = render(compute="serverless_gpu", engine=engine, accelerator_type=accelerator_type,
-                     accelerator_count=accelerator_count)
+    project = rendered(compute="serverless_gpu", engine=engine, accelerator_type=accelerator_type,
+                       accelerator_count=accelerator_count)
     assert errors_of(project, bundle_schema) == []
+    assert sorted(path.name for path in (project / "resources").glob("*.job.yml")) == [f"train_{engine}.job.yml"]
+    assert not (project / "notebooks").exists()  # a notebook cannot run what the ai_runtime_task runs
     job = job_of(project, engine)
-    assert "job_clusters" not in job
+    assert "job_clusters" not in job and job["tags"]["compute"] == "serverless_gpu"
     stage, train = job["tasks"]
+    assert (stage["task_key"], train["task_key"]) == ("stage", "train")
     parameters = stage["python_wheel_task"]["parameters"]
     assert "--handoff-to-torchrun" in parameters and option(parameters, "--engine") == engine
     per_node = ACCELERATORS[accelerator_type].gpus_per_node
     assert option(parameters, "--gpus-per-node") == str(per_node)
     assert option(parameters, "--num-nodes") == str(accelerator_count // per_node)
     assert train["depends_on"] == [{"task_key": "stage"}]
-    (deployment,) = train["ai_runtime_task"]["deployments"]
+    gpu_task = train["ai_runtime_task"]
+    # The stage task names the run's config in the experiment the GPU task's MLflow run belongs to.
+    assert option(parameters, "--mlflow-experiment") == (
+        f"{gpu_task['mlflow_experiment_directory']}/{gpu_task['experiment']}") == (
+        f"${{workspace.root_path}}/my-training-{engine}")
+    # The nodes get the project's source folder (the CLI reads code_source_path from the bundle root) ...
+    assert gpu_task["code_source_path"] == "src" and (project / "src").is_dir()
+    assert (project / "src" / stage["python_wheel_task"]["package_name"] / "engines" / "torchrun.py").is_file()
+    # ... and run the project's own command, a synced file of the bundle.
+    (deployment,) = gpu_task["deployments"]
+    assert deployment["command_path"] == COMMAND_PATH
     assert deployment["compute"] == {"accelerator_type": accelerator_type, "accelerator_count": accelerator_count}
-    # The GPU task runs the command the stage task writes: the two must name the same file.
-    assert deployment["command_path"] == option(parameters, "--command-path")
-    assert deployment["command_path"].startswith("${workspace.root_path}/")  # a workspace file, as the platform runs
-    # The nodes get the project's source (the package the command runs) from code_source_path, relative to the file.
-    package = stage["python_wheel_task"]["package_name"]
-    assert (project / "resources" / train["ai_runtime_task"]["code_source_path"] / package / "training").is_dir()
+    command = project / "src" / "command.sh"
+    assert command.is_file() and os.access(command, os.X_OK)
+    assert command.read_text().rstrip().endswith("exec python -m my_training.engines.torchrun")
     environments = {environment["environment_key"]: environment["spec"] for environment in job["environments"]}
-    assert {stage["environment_key"], train["environment_key"]} == set(environments)
-    assert all("../dist/*.whl" in spec["dependencies"] for spec in environments.values())
-    assert ("deepspeed" in environments[train["environment_key"]]["dependencies"]) == (engine == "deepspeed")
+    assert (stage["environment_key"], train["environment_key"]) == ("staging", "training")
+    assert set(environments) == {"staging", "training"}
+    for spec in environments.values():
+        assert spec["environment_version"] == versions()["serverless"]["environment_version"]
+        assert "../dist/*.whl" in spec["dependencies"] and "mlflow-skinny>=3" in spec["dependencies"]
+    assert "deepspeed" not in environments["staging"]["dependencies"]  # the stage task has no torch
+    assert ("deepspeed" in environments["training"]["dependencies"]) == (engine == "deepspeed")
 
 
-def test_a_multi_node_serverless_run_is_a_warning_that_names_the_nodes(render):
-    project = render(compute="serverless_gpu", accelerator_type="GPU_1xA10", accelerator_count=4)
+@pytest.mark.parametrize("task", ["fare_regression", "causal_lm"])
+def test_the_command_runs_the_torchrun_module_from_the_code_source_path(rendered, tmp_path, task):
+    """What a node does: CODE_SOURCE_PATH is the unpacked src/, and the command imports the package from it alone
+    (no wheel installed, another working folder). With no MLflow run to name the config, the module says so.
+    A name of its own: no package of that name is installed here."""
+    project = rendered(compute="serverless_gpu", task=task, project_name="Node Probe")
+    environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "MLFLOW_RUN_ID")}
+    environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment['PATH']}"  # `python`: this one
+    command = ["bash", str(project / "src" / "command.sh")]
+
+    without = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120)
+    assert without.returncode != 0 and "No module named 'node_probe'" in without.stderr, without.stderr
+
+    environment["CODE_SOURCE_PATH"] = str(project / "src")
+    ran = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "MLFLOW_RUN_ID is not set" in ran.stderr, ran.stderr
+
+
+def test_serverless_projects_have_no_notebooks_and_classic_ones_no_command(rendered):
+    serverless, classic = rendered(compute="serverless_gpu"), rendered()
+    assert (serverless / "src" / "command.sh").is_file() and not (serverless / "notebooks").exists()
+    assert not (classic / "src" / "command.sh").exists() and (classic / "notebooks").is_dir()
+
+
+def test_a_multi_node_serverless_run_is_a_warning_that_names_the_nodes(rendered):
+    project = rendered(compute="serverless_gpu", accelerator_type="GPU_1xA10", accelerator_count=4)
     findings = validate_bundle(project, targets=["dev"])["dev"]
+    assert [finding for finding in findings if finding.is_error] == []
     (warning,) = [finding for finding in findings if finding.rule == "serverless-gpu-single-gpu-nodes"]
     assert "4 nodes of one GPU each" in warning.message and "GPU_8xH100" in warning.fix
 
@@ -75,16 +124,18 @@ def test_a_multi_node_serverless_run_is_a_warning_that_names_the_nodes(render):
     ({"engine": "all"}, "serverless-gpu-engine", "one job per engine"),
     ({"accelerator_type": "GPU_8xH100", "accelerator_count": "12"}, "serverless-gpu-accelerator-count",
      "not a positive multiple of 8"),
+    ({"accelerator_count": "0"}, "serverless-gpu-accelerator-count", "not a positive multiple of 1"),
     ({"accelerator_count": "two"}, "invalid-accelerator-count", "'two'"),
     ({"num_workers": "2"}, "mixed-compute-answers", "num_workers '2' is a classic cluster setting"),
     ({"node_type_id": "Standard_NC24ads_A100_v4"}, "mixed-compute-answers", "answer compute=classic"),
+    ({"spark_version": "16.4.x-scala2.12"}, "mixed-compute-answers", "spark_version"),
 ])
 def test_answers_that_cannot_run_on_serverless_gpu_are_refused(render, tmp_path, capfd, answers, rule, words):
     with pytest.raises(FailedHookException):
         render(tmp_path, compute="serverless_gpu", **answers)
     assert list(tmp_path.iterdir()) == []
     stderr = capfd.readouterr().err
-    assert f"[{rule}]" in stderr and words in stderr, stderr
+    assert f"[{rule}]" in stderr and words in stderr and "Nothing was generated" in stderr, stderr
 
 
 @pytest.mark.parametrize("answers, words", [
@@ -95,7 +146,8 @@ def test_serverless_answers_on_classic_compute_are_refused(render, tmp_path, cap
     with pytest.raises(FailedHookException):
         render(tmp_path, **answers)
     assert list(tmp_path.iterdir()) == []
-    assert words in capfd.readouterr().err
+    stderr = capfd.readouterr().err
+    assert "[mixed-compute-answers]" in stderr and words in stderr, stderr
 
 
 def test_an_unknown_compute_is_refused_by_the_answer_checks():
@@ -109,49 +161,55 @@ def test_an_unknown_compute_is_refused_by_the_answer_checks():
     assert finding.rule == "invalid-compute" and "classic or serverless_gpu" in finding.fix
 
 
-def edit_gpu_task(project, engine, edit):
+def edit_job(project, engine, edit):
     path = project / "resources" / f"train_{engine}.job.yml"
     tree = yaml.safe_load(path.read_text())
     edit(tree["resources"]["jobs"][f"train_{engine}"])
     path.write_text(yaml.safe_dump(tree, sort_keys=False))
 
 
+def gpu_task(job):
+    return job["tasks"][1]["ai_runtime_task"]
+
+
 @pytest.mark.parametrize("edit, rule", [
     (lambda job: job["tasks"][1].update(job_cluster_key="training"), "mixed-compute"),
-    (lambda job: job["tasks"][1]["ai_runtime_task"]["deployments"].append(
-        job["tasks"][1]["ai_runtime_task"]["deployments"][0]), "serverless-gpu-deployments"),
-    (lambda job: job["tasks"][1]["ai_runtime_task"]["deployments"][0]["compute"].update(
-        accelerator_type="GPU_8xH100", accelerator_count=12),
+    (lambda job: gpu_task(job)["deployments"].append(gpu_task(job)["deployments"][0]), "serverless-gpu-deployments"),
+    (lambda job: gpu_task(job)["deployments"][0]["compute"].update(accelerator_type="GPU_8xH100",
+                                                                   accelerator_count=12),
      "serverless-gpu-accelerator-count"),
-    (lambda job: job["tasks"][1]["ai_runtime_task"]["deployments"][0]["compute"].update(
-        accelerator_type="GPU_4xA100"), "serverless-gpu-accelerator-type"),
+    (lambda job: gpu_task(job)["deployments"][0]["compute"].update(accelerator_type="GPU_4xA100"),
+     "serverless-gpu-accelerator-type"),
     (lambda job: job["tasks"][0]["python_wheel_task"]["parameters"].__setitem__(1, "ray"), "serverless-gpu-engine"),
+    (lambda job: gpu_task(job).update(code_source_path="source"), "code-source-missing"),
+    (lambda job: gpu_task(job).update(code_source_path="../src"), "code-source-outside-bundle"),
+    (lambda job: gpu_task(job)["deployments"][0].update(command_path="${workspace.file_path}/src/run.sh"),
+     "command-file-missing"),
+    (lambda job: gpu_task(job)["deployments"][0].update(command_path="command.sh"), "command-file-missing"),
 ])
 def test_validate_catches_hand_edits_of_a_serverless_job(render, edit, rule):
     project = render(compute="serverless_gpu")
-    edit_gpu_task(project, "torch_distributor", edit)
+    assert errors_of(project, None) == []
+    edit_job(project, "torch_distributor", edit)
     findings = validate_bundle(project, targets=["dev"])["dev"]
     assert rule in {finding.rule for finding in findings if finding.is_error}, [str(f) for f in findings]
 
 
+def test_a_relative_command_path_from_the_job_file_names_the_same_script(render):
+    """The CLI reads a local command_path from the YAML file's folder: ../src/command.sh from resources/."""
+    project = render(compute="serverless_gpu")
+    edit_job(project, "torch_distributor",
+             lambda job: gpu_task(job)["deployments"][0].update(command_path="../src/command.sh"))
+    assert errors_of(project, None) == []
+
+
 def test_a_command_path_outside_the_workspace_is_a_warning_with_the_fix(render):
     project = render(compute="serverless_gpu")
-    assert "serverless-gpu-command-path" not in {f.rule for f in validate_bundle(project, targets=["dev"])["dev"]}
-    edit_gpu_task(project, "torch_distributor", lambda job: job["tasks"][1]["ai_runtime_task"]["deployments"][0]
-                  .update(command_path="/Volumes/main/default/training/torchrun/command.sh"))
+    edit_job(project, "torch_distributor", lambda job: gpu_task(job)["deployments"][0]
+             .update(command_path="/Volumes/main/default/training/torchrun/command.sh"))
     (finding,) = [f for f in validate_bundle(project, targets=["dev"])["dev"] if f.rule == "serverless-gpu-command-path"]
     assert finding.severity == "warning" and "/Volumes/main/default/training" in finding.message
-    assert "--command-path" in finding.fix and finding.path.endswith("deployments[0].command_path")
-
-
-def test_a_code_source_path_that_names_nothing_in_the_project_is_an_error_with_the_fix(render):
-    project = render(compute="serverless_gpu")
-    assert "code-source-missing" not in {f.rule for f in validate_bundle(project, targets=["dev"])["dev"]}
-    edit_gpu_task(project, "torch_distributor", lambda job: job["tasks"][1]["ai_runtime_task"]
-                  .update(code_source_path="./src"))  # relative to resources/, not to the project
-    (finding,) = [f for f in validate_bundle(project, targets=["dev"])["dev"] if f.rule == "code-source-missing"]
-    assert finding.is_error and finding.file == "resources/train_torch_distributor.job.yml"
-    assert "names resources/src" in finding.message and "../src" in finding.fix
+    assert "src/command.sh" in finding.fix and finding.path.endswith("deployments[0].command_path")
 
 
 @pytest.mark.parametrize("model", ["gpt2", "llama-7b", "llama-70b"])

@@ -6,7 +6,13 @@ import re
 import shlex
 import tomllib
 
+import pytest
 import yaml
+
+from distributed_training.compute.runtime import versions
+
+# local code_source_path folders packaged at deploy (databricks/cli v1.11.0), which serverless projects rely on
+MINIMUM_CLI = (1, 11, 0)
 
 
 def steps(workflow):
@@ -43,3 +49,17 @@ def test_workflow_parses_and_its_commands_exist_in_the_project(render):
             assert {"dev", "prod"} <= set(bundle["targets"])
     secrets = re.findall(r"secrets\.", (project / ".github" / "workflows" / "ci.yml").read_text())
     assert secrets == []
+
+
+@pytest.mark.parametrize("answers", [
+    {}, {"engine": "all"}, {"cloud": "aws", "engine": "spark_ml_connect"},
+    {"compute": "serverless_gpu", "engine": "deepspeed", "accelerator_type": "GPU_8xH100"},
+], ids=lambda answers: "-".join(answers.values()) or "default")
+def test_every_workflow_pins_the_cli_of_versions_yaml(render, answers):
+    """`databricks/setup-cli@vX` installs CLI version X: the one whose bundle schema the project validates against
+    (compute/versions.yaml), and no older than v1.11.0."""
+    project = render(**answers)
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "ci.yml").read_text())
+    [pin] = [step["uses"] for step in steps(workflow) if step.get("uses", "").startswith("databricks/setup-cli@")]
+    assert pin == f"databricks/setup-cli@v{versions()['databricks_cli']}"
+    assert tuple(int(part) for part in pin.split("@v")[1].split(".")) >= MINIMUM_CLI

@@ -1,26 +1,25 @@
 """`advise`: memory figures checked against hand arithmetic, and the platform's advice as properties over sweeps.
 
-The hand arithmetic uses the accounting of `compute/memory.py` (GB = 10^9 bytes, headroom x 1.20):
+The hand arithmetic uses the accounting of `advise/memory.py` (GB = 10^9 bytes, headroom x 1.20):
 bf16/fp16 with Adam = 2 (weights) + 2 (gradients) + 12 (fp32 master + two moments) = 16 bytes a parameter;
 fp32 with Adam = 4 + 4 + 8 = 16 bytes a parameter; transformer activations per layer s*b*h*(34 + 5*a*s/h) bytes in
 16-bit (34 with fused attention), twice that in fp32; logits s*b*V*4 bytes.
 """
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from distributed_training.answers import check_answers, default_cpu_node_type
-from distributed_training.cli import main
-from distributed_training.compute.advise import (
-    OFFLOAD_LADDER, ON_GPU_LADDER, AdviseError, Job, advise, render,
-)
-from distributed_training.compute.catalog import default_catalog
-from distributed_training.compute.clusters import default_spark_version
-from distributed_training.compute.engines import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTRIBUTOR
-from distributed_training.compute.memory import (
+from distributed_training.advise import MAX_NODES, OFFLOAD_LADDER, ON_GPU_LADDER, AdviseError, Job, advise, render
+from distributed_training.advise.memory import (
     HEADROOM, MLP, NAMED_MODELS, TRANSFORMER, ModelShape, Sharding, Training, estimate, mlp_params, parse_count,
 )
+from distributed_training.answers import check_answers, default_cpu_node_type
+from distributed_training.cli import main
+from distributed_training.clusters import default_spark_version
+from distributed_training.compute.catalog import Catalog, default_catalog
+from distributed_training.compute.requirements import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTRIBUTOR
 
 GB = 1e9
 GPT3 = ModelShape(175e9, TRANSFORMER, layers=96, hidden=12288, heads=96, vocab=50257)
@@ -48,7 +47,7 @@ def test_gpt2_124m_fp32_adam_fits_one_t4():
     assert terms(plan.estimate) == pytest.approx(
         {"weights": weights, "gradients": gradients, "optimizer": adam, "activations": activations, "logits": logits})
     assert plan.estimate.needed_gb == pytest.approx(needed)
-    # One GPU, one node, no sharding. The V100 (NCv3) has 16 GB too, but its family is refused for multi-node.
+    # One GPU, one node, no sharding. The V100 (NCv3) has 16 GB too, but Azure retired it.
     assert (plan.node.id, plan.nodes, plan.engine) == ("Standard_NC4as_T4_v3", 1, TORCH_DISTRIBUTOR)
     assert plan.sharding == Sharding(0)
     assert advice.template_answers() == {"cloud": "azure", "engine": "torch_distributor",
@@ -169,7 +168,7 @@ def _sweep():
 def _fits_one_node(job):
     """Brute force over every GPU node type of the cloud and every sharding, with the fit rule stated afresh."""
     for node in default_catalog().node_types:
-        if node.cloud != job.cloud or not node.has_gpu or node.multi_gpu_broken:
+        if node.cloud != job.cloud or not node.has_gpu or node.multi_gpu_broken or node.retired:
             continue
         for sharding in (*ON_GPU_LADDER, *OFFLOAD_LADDER):
             per_gpu = estimate(job.training, sharding, node.gpus)
@@ -179,7 +178,8 @@ def _fits_one_node(job):
 
 
 def _fits_one_gpu(job):
-    single_gpus = [node for node in default_catalog().node_types if node.cloud == job.cloud and node.gpus == 1]
+    single_gpus = [node for node in default_catalog().node_types
+                   if node.cloud == job.cloud and node.gpus == 1 and not node.retired]
     return any(estimate(job.training, Sharding(0, checkpointing=checkpointing), 1).needed_gb <= node.gpu_memory_gb
                for node in single_gpus for checkpointing in (False, True))
 
@@ -223,12 +223,27 @@ def test_azure_never_recommends_several_nc_series_nodes():
 
 
 def test_a_job_too_big_for_one_nc_series_node_is_refused_with_the_reason():
+    """Databricks does not recommend multi-node training on Azure NC-series. Every NC family the catalog refuses is
+    retired now, so this holds the rule against the catalog as it stood before Microsoft's NCv3 retirement."""
+    catalog = default_catalog()
+    before_retirement = Catalog([replace(node, retired=None) for node in catalog.node_types], catalog.defaults)
     training = Training(NAMED_MODELS["llama-70b"], batch_size=1, seq_len=2048, flash_attention=True)
-    advice = advise(Job("azure", training, node_type_id="Standard_NC24s_v3"))
+    advice = advise(Job("azure", training, node_type_id="Standard_NC24s_v3"), before_retirement)
     assert advice.plan is None
     assert "low inter-node network performance" in advice.why and "accelerated networking" in advice.why
     with pytest.raises(AdviseError):
         advice.template_answers()
+
+
+def test_retired_node_types_are_never_recommended_and_refused_when_named():
+    """Microsoft's NCv3 retirement notice (2025-09-30) and NC24rs_v3's (2025-03-31): no cluster of them starts."""
+    assert all(not advise(job).plan.node.retired for job in _sweep() if job.cloud == "azure")
+    gpt2 = Training(NAMED_MODELS["gpt2"], batch_size=1)
+    for node_type_id in ("Standard_NC6s_v3", "Standard_NC24rs_v3"):
+        replacements = default_catalog().find(node_type_id).retired.replacements
+        with pytest.raises(AdviseError, match="retired") as refused:
+            advise(Job("azure", gpt2, node_type_id=node_type_id))
+        assert all(replacement in str(refused.value) for replacement in replacements)
 
 
 def test_ray_when_asked_for_unless_the_job_needs_deepspeed():
@@ -292,10 +307,10 @@ def test_cli_template_answers_and_json(capsys):
 
 
 def test_cli_says_when_nothing_fits_with_exit_code_1(capsys):
-    code = main(["advise", "--model", "llama-70b", "--cloud", "azure", "--node-type", "Standard_NC24s_v3"])
+    code = main(["advise", "--model", "llama-70b", "--cloud", "aws", "--node-type", "g4dn.xlarge"])
     out = capsys.readouterr().out
     assert code == 1
-    assert "Does not fit:" in out and "multi-node training on it is refused" in out
+    assert "Does not fit:" in out and f"not even {MAX_NODES} nodes with CPU offload" in out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -318,6 +333,8 @@ def test_cli_rejects_bad_values_through_argparse(argv, message, capsys):
     (["--model", "gpt2", "--cloud", "aws", "--node-type", "g5.12xlarg"], "did you mean g5.12xlarge"),
     (["--model", "gpt2", "--cloud", "aws", "--node-type", "Standard_NC4as_T4_v3"], "give --cloud azure"),
     (["--model", "gpt2", "--cloud", "aws", "--node-type", "m5d.xlarge"], "has no GPU"),
+    (["--model", "gpt2", "--cloud", "azure", "--node-type", "Standard_NC24s_v3"],
+     "retired on 2025-09-30: use Standard_NC24ads_A100_v4"),
     (["--model-type", "classical", "--cloud", "aws"], "give --dataset-gb"),
     (["--model-type", "mlp", "--features", "10", "--cloud", "aws"], "missing --layers, --hidden"),
 ])

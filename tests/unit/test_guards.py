@@ -1,14 +1,38 @@
-"""The cluster guards, each rule on both sides: a cluster it refuses and one it lets through."""
+"""The cluster guards, each rule on both sides: a cluster it refuses and one it lets through.
+
+The same rules run in three places: the template's answer checks (failures/test_bad_answers.py), `validate` on every
+cluster of a bundle (here through `bundle.clusters.guard_findings`, and template/test_guards_on_edited_bundles.py),
+and the preflight at the start of a run (here, for retired node types).
+"""
+
+import sys
+import types
+from dataclasses import replace
 
 import pytest
 
-from distributed_training.compute.guards import ClusterRequest, check_bundle_clusters, check_cluster
+from distributed_training.bundle.clusters import clusters_of, guard_findings, request_from_cluster
+from distributed_training.compute import preflight
+from distributed_training.compute.catalog import Catalog, default_catalog
+from distributed_training.compute.guards import ClusterRequest, check_cluster
 
 GPU_ML = "17.3.x-gpu-ml-scala2.13"
+PLAIN = "17.3.x-scala2.13"  # the key generated clusters carry, with use_ml_runtime: true
 
 
-def rules(request, severity="error"):
-    return sorted({finding.rule for finding in check_cluster(request) if finding.severity == severity})
+def before_the_retirements() -> Catalog:
+    """The catalog as it stood before Microsoft retired NCv3 (a project generated then carries this one): the only
+    families the catalog refuses multi-node training on are NC-series, and both are retired now, so the multi-node
+    rules are reachable only through such a catalog."""
+    catalog = default_catalog()
+    return Catalog([replace(node, retired=None) for node in catalog.node_types], catalog.defaults)
+
+
+OLD_CATALOG = before_the_retirements()
+
+
+def rules(request, severity="error", catalog=None):
+    return sorted({finding.rule for finding in check_cluster(request, catalog=catalog) if finding.severity == severity})
 
 
 def request(node="Standard_NC64as_T4_v3", workers=0, version=GPU_ML, engines=("torch_distributor",), **more):
@@ -17,15 +41,17 @@ def request(node="Standard_NC64as_T4_v3", workers=0, version=GPU_ML, engines=("t
 
 def test_a_good_single_node_cluster_passes():
     assert check_cluster(request()) == []
+    assert check_cluster(request(version=PLAIN, use_ml_runtime=True)) == []
 
 
 @pytest.mark.parametrize("refused, allowed, rule", [
-    (request("Standard_NC24s_v3", 2, spark_conf={"spark.task.resource.gpu.amount": "1"}),
-     request("Standard_NC24s_v3", 0), "azure-nc-multi-node"),
+    (request("Standard_NC24s_v3"), request("Standard_NC24ads_A100_v4"), "retired-node-type"),
     (request("Standard_NC64as_T4_v4"), request("Standard_NC64as_T4_v4", allow_unknown_node_type=True),
      "unknown-node-type"),
     (request(cloud="aws"), request(cloud="azure"), "node-type-wrong-cloud"),
     (request(version="17.3.x-cpu-ml-scala2.13"), request(), "gpu-node-cpu-runtime"),
+    # the plain key is a CPU runtime unless use_ml_runtime asks Databricks for the ML flavour (GPU on a GPU node)
+    (request(version=PLAIN), request(version=PLAIN, use_ml_runtime=True), "gpu-node-cpu-runtime"),
     (request("Standard_D8ds_v5"), request("Standard_D8ds_v5", version="17.3.x-cpu-ml-scala2.13"),
      "gpu-runtime-cpu-node"),
     (request(version="17.3.x-photon-scala2.13"), request(), "photon-on-gpu"),
@@ -36,6 +62,8 @@ def test_a_good_single_node_cluster_passes():
     (request("m5d.2xlarge", version="16.4.x-scala2.12", engines=("spark_ml_connect",)),
      request("m5d.2xlarge", version="17.3.x-scala2.13", engines=("spark_ml_connect",)), "runtime-too-old"),
     (request(data_security_mode="USER_ISOLATION"), request(data_security_mode="SINGLE_USER"), "ml-on-standard-access"),
+    (request(data_security_mode="DATA_SECURITY_MODE_STANDARD"),
+     request(data_security_mode="DATA_SECURITY_MODE_DEDICATED"), "ml-on-standard-access"),
     (request("m5d.2xlarge", version="17.3.x-cpu-ml-scala2.13", engines=("deepspeed",)),
      request("g5.12xlarge", engines=("deepspeed",)), "engine-needs-gpu"),
     (request("g5.12xlarge", 2), request("g5.12xlarge", 2, spark_conf={"spark.task.resource.gpu.amount": "1"}),
@@ -44,13 +72,38 @@ def test_a_good_single_node_cluster_passes():
      request("g5.12xlarge", 2, engines=("ray",), spark_conf={"spark.task.resource.gpu.amount": "0"}),
      "gpu-task-amount"),
     (request("Standard_NV72ads_A10_v5"), request("Standard_NV36ads_A10_v5"), "multi-gpu-broken"),
-    (request("m5d.2xlarge", version="17.3.x-scala2.13"), request("m5d.2xlarge", version="17.3.x-cpu-ml-scala2.13"),
+    (request("m5d.2xlarge", version=PLAIN), request("m5d.2xlarge", version=PLAIN, use_ml_runtime=True),
      "engine-needs-ml-runtime"),
     (request(version="latest"), request(), "unknown-spark-version"),
+    # AWS's GPU docs ask for GPU driver and worker types: an error there (a warning elsewhere, below)
+    (request("g5.12xlarge", 2, spark_conf={"spark.task.resource.gpu.amount": "1"}, driver_node_type_id="m5d.xlarge"),
+     request("g5.12xlarge", 2, spark_conf={"spark.task.resource.gpu.amount": "1"}, driver_node_type_id="g5.xlarge"),
+     "cpu-driver-gpu-workers"),
 ])
 def test_rule_refuses_one_and_allows_the_other(refused, allowed, rule):
     assert rule in rules(refused)
     assert rule not in rules(allowed)
+
+
+def test_retired_node_type_is_refused_naming_its_retirement_and_current_replacements():
+    """Microsoft's NCv3 retirement notice (learn.microsoft.com/azure/virtual-machines/sizes/retirement/
+    ncv3-nc6s-nc12s-nc24s-retirement): no cluster of Standard_NC6s/12s/24s_v3 starts after 2025-09-30."""
+    catalog = default_catalog()
+    for node_type_id in ("Standard_NC6s_v3", "Standard_NC12s_v3", "Standard_NC24s_v3", "Standard_NC24rs_v3"):
+        [finding] = check_cluster(request(node_type_id), path="c")
+        retired = catalog.find(node_type_id).retired
+        assert (finding.rule, finding.severity, finding.path) == ("retired-node-type", "error", "c.node_type_id")
+        assert retired.date in finding.message and retired.source in finding.message
+        assert all(replacement in finding.fix for replacement in retired.replacements)
+        assert all(not catalog.find(replacement).retired for replacement in retired.replacements)
+
+
+def test_a_cpu_driver_beside_gpu_workers_is_a_warning_off_aws():
+    cluster = request("Standard_NC64as_T4_v3", 2, spark_conf={"spark.task.resource.gpu.amount": "1"},
+                      driver_node_type_id="Standard_D8ds_v5")
+    assert rules(cluster) == []
+    assert rules(cluster, "warning") == ["cpu-driver-gpu-workers"]
+    assert rules(replace(cluster, num_workers=0), "warning") == []  # one node: the driver is the only node
 
 
 def test_multi_node_on_a_family_with_unproven_networking_is_a_warning():
@@ -59,10 +112,31 @@ def test_multi_node_on_a_family_with_unproven_networking_is_a_warning():
     assert rules(cluster, "warning") == ["multi-node-unproven"]
 
 
+def test_multi_node_on_azure_nc_series_is_refused_where_the_catalog_still_has_it():
+    """Databricks' distributed-training docs for Azure: no multi-node training on NC-series (low inter-node network
+    performance). Reached through a catalog from before the NCv3 retirement."""
+    multi = request("Standard_NC24s_v3", 2, spark_conf={"spark.task.resource.gpu.amount": "1"})
+    assert rules(multi, catalog=OLD_CATALOG) == ["azure-nc-multi-node"]
+    assert rules(replace(multi, num_workers=0), catalog=OLD_CATALOG) == []
+    assert rules(multi) == ["retired-node-type"]  # today's catalog: retired first, nothing else to say
+
+
 def test_nc_series_message_names_the_one_node_fix_and_the_accelerated_size():
-    [finding] = [f for f in check_cluster(request("Standard_NC12s_v3", 3)) if f.rule == "azure-nc-multi-node"]
+    [finding] = [f for f in check_cluster(request("Standard_NC12s_v3", 3), catalog=OLD_CATALOG)
+                 if f.rule == "azure-nc-multi-node"]
     assert "Standard_NC24s_v3" in finding.fix and "Standard_NC64as_T4_v3" in finding.fix
     assert finding.path == "num_workers"
+
+
+def test_the_generated_cluster_form_reads_back_as_its_request():
+    """kind: CLASSIC_PREVIEW, is_single_node: true, use_ml_runtime: true (the form Databricks' docs show)."""
+    cluster = {"kind": "CLASSIC_PREVIEW", "spark_version": PLAIN, "node_type_id": "Standard_NC64as_T4_v3",
+               "use_ml_runtime": True, "is_single_node": True, "num_workers": 3,
+               "data_security_mode": "DATA_SECURITY_MODE_DEDICATED", "driver_node_type_id": "Standard_D8ds_v5"}
+    read = request_from_cluster(cluster, ("deepspeed",), "azure")
+    assert (read.num_workers, read.use_ml_runtime, read.driver_node_type_id) == (0, True, "Standard_D8ds_v5")
+    assert check_cluster(read) == []
+    assert "gpu-node-cpu-runtime" in rules(request_from_cluster({**cluster, "use_ml_runtime": "yes"}, ("deepspeed",)))
 
 
 def test_bundle_clusters_are_checked_with_the_engine_of_their_tasks():
@@ -71,9 +145,36 @@ def test_bundle_clusters_are_checked_with_the_engine_of_their_tasks():
             "python_wheel_task": {"package_name": "p", "entry_point": "train", "parameters": ["--engine", "deepspeed"]}}
     tree = {"resources": {"jobs": {"train": {"job_clusters": [{"job_cluster_key": "gpu", "new_cluster": cluster}],
                                              "tasks": [task]}}}}
-    [finding] = check_bundle_clusters(tree)
+    [finding] = guard_findings(tree)
     assert finding.rule == "runtime-too-old"
     assert finding.path == "resources.jobs.train.job_clusters[0].new_cluster.spark_version"
+
+
+def test_one_walk_finds_every_cluster_form_with_the_engines_that_use_it():
+    """Job clusters, a task's new_cluster, the task inside a for_each_task, and all-purpose clusters named by
+    existing_cluster_id: ${resources.clusters.KEY.id}."""
+    wheel = lambda engine: {"package_name": "p", "entry_point": "train", "parameters": ["--engine", engine]}  # noqa
+    gpu = {"spark_version": GPU_ML, "node_type_id": "g5.12xlarge", "num_workers": 0}
+    tree = {"resources": {
+        "jobs": {"train": {
+            "job_clusters": [{"job_cluster_key": "jc", "new_cluster": gpu}],
+            "tasks": [
+                {"task_key": "a", "job_cluster_key": "jc", "python_wheel_task": wheel("deepspeed")},
+                {"task_key": "b", "new_cluster": gpu, "python_wheel_task": wheel("ray")},
+                {"task_key": "c", "for_each_task": {"inputs": "[1]", "task": {
+                    "task_key": "c_inner", "new_cluster": gpu, "python_wheel_task": wheel("torch_distributor")}}},
+                {"task_key": "d", "existing_cluster_id": "${resources.clusters.shared.id}",
+                 "python_wheel_task": wheel("spark_ml_connect")},
+            ]}},
+        "clusters": {"shared": gpu, "idle": gpu}}}
+    found = {path: engines for path, _, engines in clusters_of(tree)}
+    assert found == {
+        ("resources", "jobs", "train", "tasks", 1, "new_cluster"): ("ray",),
+        ("resources", "jobs", "train", "tasks", 2, "for_each_task", "task", "new_cluster"): ("torch_distributor",),
+        ("resources", "jobs", "train", "job_clusters", 0, "new_cluster"): ("deepspeed",),
+        ("resources", "clusters", "shared"): ("spark_ml_connect",),
+        ("resources", "clusters", "idle"): (),
+    }
 
 
 def test_unresolved_references_are_left_to_the_resolver():
@@ -85,6 +186,41 @@ def test_unresolved_references_are_left_to_the_resolver():
     {"resources": {"jobs": {"train": {"tasks": "t", "job_clusters": [{"new_cluster": {"spark_conf": "x"}}]}}}},
     {"resources": {"jobs": {"train": {"job_clusters": [{"new_cluster": {"custom_tags": ["x"], "autoscale": 3,
                                                                         "node_type_id": "g5.xlarge"}}]}}}},
+    {"resources": {"jobs": {"train": {"job_clusters": [{"job_cluster_key": ["a"], "new_cluster": {}}]}}}},
+    {"resources": {"clusters": {"c": {"num_workers": True, "is_single_node": "yes", "driver_node_type_id": 3}}}},
 ])
 def test_malformed_trees_give_findings_not_crashes(tree):
-    assert all(finding.rule for finding in check_bundle_clusters(tree))
+    assert all(finding.rule for finding in guard_findings(tree))
+
+
+# ---------------------------------------------------------------- the preflight, on the cluster itself
+
+class _Conf:
+    def __init__(self, conf):
+        self.conf = conf
+
+    def getAll(self):  # noqa: N802 - Spark's name
+        return list(self.conf.items())
+
+
+def _observed(monkeypatch, node_type_id, spark_version=GPU_ML, gpus=4):
+    """What `preflight.observe` reads on a single-node Databricks cluster: the usage-tag confs, and torch's GPU
+    count (a stand-in torch module, so the test needs no GPU and no torch import)."""
+    conf = {"spark.master": "local[*, 4]", preflight.NODE_TYPE_CONF: node_type_id,
+            preflight.SPARK_VERSION_CONF: spark_version, preflight.WORKERS_CONF: "0"}
+    spark = types.SimpleNamespace(sparkContext=types.SimpleNamespace(getConf=lambda: _Conf(conf)))
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(device_count=lambda: gpus))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    return preflight.observe(spark)
+
+
+def test_the_preflight_refuses_a_cluster_of_a_retired_node_type(monkeypatch):
+    """Standard_NC24rs_v3 (NCv3 with InfiniBand) was retired on 2025-03-31 (Microsoft's NC24rs_v3 retirement notice,
+    the catalog's source): the preflight names it before any training starts."""
+    wanted = preflight.TrainingRequest("torch_distributor", num_nodes=1, gpus_per_node=4)
+    observed = _observed(monkeypatch, "Standard_NC24rs_v3")
+    assert observed.node_type_id == "Standard_NC24rs_v3"
+    [finding] = preflight.check(wanted, observed)
+    assert (finding.rule, finding.severity) == ("retired-node-type", "error")
+    assert "Standard_NC96ads_A100_v4" in finding.fix
+    assert preflight.check(wanted, _observed(monkeypatch, "Standard_NC64as_T4_v3")) == []

@@ -34,9 +34,19 @@ def test_preflight_rule_refuses_one_and_allows_the_other(request_, refused, allo
 
 
 def test_cluster_settings_go_through_the_same_guards():
-    on_nc = cluster(master="local[*, 4]", driver_gpus=4, workers=0, conf={},
-                    node_type_id="Standard_NC24s_v3", spark_version="13.3.x-cpu-ml-scala2.12")
-    assert rules(TrainingRequest("deepspeed", 1, 4), on_nc) == ["gpu-node-cpu-runtime", "runtime-too-old"]
+    on_t4 = cluster(master="local[*, 4]", driver_gpus=4, workers=0, conf={},
+                    node_type_id="Standard_NC64as_T4_v3", spark_version="13.3.x-cpu-ml-scala2.12")
+    assert rules(TrainingRequest("deepspeed", 1, 4), on_t4) == ["gpu-node-cpu-runtime", "runtime-too-old"]
+    retired = cluster(master="local[*, 4]", driver_gpus=4, workers=0, conf={},
+                      node_type_id="Standard_NC24s_v3", spark_version="17.3.x-gpu-ml-scala2.13")
+    assert rules(TrainingRequest("deepspeed", 1, 4), retired) == ["retired-node-type"]
+
+
+def test_a_use_ml_runtime_cluster_that_reports_its_plain_key_is_not_refused():
+    """Made with `use_ml_runtime: true`, a cluster may show 17.3.x-scala2.13: the engine runs, so it is ML."""
+    plain = cluster(master="local[*, 4]", driver_gpus=4, workers=0, conf={},
+                    node_type_id="Standard_NC64as_T4_v3", spark_version="17.3.x-scala2.13")
+    assert rules(TrainingRequest("torch_distributor", 1, 4), plain) == []
 
 
 def test_a_real_local_spark_session_is_observed_and_refused_for_what_it_lacks(spark):

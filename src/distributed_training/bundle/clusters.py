@@ -69,7 +69,8 @@ def clusters_of(tree: Mapping) -> Iterator[tuple[Path, Mapping, tuple[str, ...]]
     for job_key, job in jobs_of(tree):
         for index, job_cluster in enumerate(_list(job.get("job_clusters"))):
             if isinstance(job_cluster, dict) and isinstance(job_cluster.get("new_cluster"), dict):
-                engines = by_cluster.get(("job", job_key, job_cluster.get("job_cluster_key")), [])
+                key = job_cluster.get("job_cluster_key")
+                engines = by_cluster.get(("job", job_key, key), []) if isinstance(key, str) else []
                 yield (("resources", "jobs", job_key, "job_clusters", index, "new_cluster"),
                        job_cluster["new_cluster"], tuple(dict.fromkeys(engines)))
     for key, cluster in _mapping(_mapping(tree.get("resources")).get("clusters")).items():

@@ -86,7 +86,8 @@ def _family_node_types(family: dict, where: str) -> list[NodeType]:
         raise CatalogError(f"{where}: family {family['family']!r} has network {family['network']!r}; use one of {NETWORKS}")
     retired = family.get("retired")
     if retired is not None:
-        missing = [name for name in ("date", "source", "replacements") if name not in retired]
+        missing = [name for name in ("date", "source", "replacements")
+                   if not isinstance(retired, dict) or not retired.get(name)]
         if missing:
             raise CatalogError(f"{where}: family {family['family']!r} has retired without {', '.join(missing)}")
         retired = Retirement(str(retired["date"]), retired["source"], tuple(retired["replacements"]))

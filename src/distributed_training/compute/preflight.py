@@ -67,6 +67,9 @@ def check(request: TrainingRequest, observed: ObservedCluster) -> list[Finding]:
             spark_version=observed.spark_version,
             engines=(request.engine,),
             spark_conf=observed.spark_conf,
+            # A cluster made with use_ml_runtime: true may report its plain key; a torch engine that got this far
+            # imported torch, so its runtime is an ML one whatever the key says.
+            use_ml_runtime=True,
         )
         # A node type missing from the catalog is not a reason to stop a job that is already running.
         findings += [finding for finding in check_cluster(as_running) if finding.rule != "unknown-node-type"]

@@ -31,6 +31,7 @@ from . import LaunchError
 HANDOFF_DIR, CONFIG_FILE, COMMAND_FILE = "torchrun", "config.json", "command.sh"
 CONFIG_TAG = "torchrun_config"
 MASTER_PORT = "29400"
+MODULE = f"{__package__}.torchrun"  # this module by name: run as `-m`, its __name__ is __main__
 
 
 def hand_off(spark, config: Config, environment: dict[str, str]) -> str:
@@ -41,7 +42,7 @@ def hand_off(spark, config: Config, environment: dict[str, str]) -> str:
     config_path, command_path = os.path.join(directory, CONFIG_FILE), os.path.join(directory, COMMAND_FILE)
     write_json(config_path, to_json(config))
     write_text(command_path, "#!/usr/bin/env bash\n# Written by `train --handoff-to-torchrun`: the run of config.json "
-               f"under torchrun.\nexec {shlex.quote(sys.executable)} -m {__name__} --config "
+               f"under torchrun.\nexec {shlex.quote(sys.executable)} -m {MODULE} --config "
                f"{shlex.quote(config_path)}\n", mode=0o755)
     if not config.local and config.tracking:
         _publish(config, config_path, environment)
@@ -96,11 +97,11 @@ def torchrun_command(config: Config, config_path: str) -> list[str]:
                               "(NODE_RANK) and the first node's address (MASTER_ADDR) from the platform")
         command += ["--nnodes", str(where.nodes), "--node-rank", os.environ["NODE_RANK"], "--master-addr",
                     os.environ["MASTER_ADDR"], "--master-port", os.environ.get("MASTER_PORT", MASTER_PORT)]
-    return [*command, "-m", __name__, "--worker", "--config", config_path]
+    return [*command, "-m", MODULE, "--worker", "--config", config_path]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {__name__}", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.splitlines()[0])
     parser.add_argument("--config", metavar="FILE", help="the run's config, as `train --handoff-to-torchrun` wrote it "
                         "(default: the one the platform's MLflow run names)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # what torchrun starts

@@ -1,4 +1,5 @@
-"""Each rank reads its own share of the staged parquet files: disjoint, complete, refused when too few."""
+"""Each rank reads its own share of the staged parquet files: disjoint, complete, refused when too few; the manifest
+round-trips."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_training.training.staged import ColumnStats, StagedData, files_for_rank, read_shard
+from distributed_training.training.data import StagedData, files_for_rank, read_shard
 
 
 @pytest.mark.parametrize("file_count", [1, 2, 5, 8])
@@ -35,24 +36,33 @@ def write_split(directory, file_count, rows_per_file=10):
 
 def test_the_rows_read_by_all_ranks_are_the_whole_split(tmp_path):
     split = write_split(tmp_path / "train", file_count=4)
-    shares = [read_shard(split, ["y", "x"], rank, 3) for rank in range(3)]
-    rows = np.vstack(shares)
-    assert rows.dtype == np.float32 and rows.shape == (40, 2)
-    assert sorted(rows[:, 1]) == list(range(40)) and (rows[:, 0] == 2 * rows[:, 1]).all()
+    shares = [read_shard(split, rank, 3) for rank in range(3)]
+    values = sorted(x for share in shares for x in share.column("x").to_pylist())
+    assert values == list(range(40))
+    assert all((np.array(share.column("y")) == 2 * np.array(share.column("x"))).all() for share in shares)
 
 
 def test_fewer_files_than_processes_is_refused_with_the_fix(tmp_path):
     split = write_split(tmp_path / "train", file_count=2)
     with pytest.raises(ValueError, match="2 parquet file.* for 3 processes.*stage it again"):
-        read_shard(split, ["x"], 0, 3)
-    assert read_shard(split, ["x"], 2, 3, require_rows=False).shape == (0, 1)
+        read_shard(split, 0, 3)
+    empty = read_shard(split, 2, 3, require_rows=False)
+    assert empty.num_rows == 0 and empty.column_names == ["x", "y"]
 
 
-def test_the_manifest_round_trips_and_its_absence_says_what_to_do(tmp_path):
-    staged = StagedData(directory=str(tmp_path), feature_columns=("x",), label_column="y",
-                        feature_stats=(ColumnStats(1.0, 2.0),), label_stats=ColumnStats(3.0, 4.0),
-                        train_rows=8, test_rows=2, source="somewhere")
+def test_a_split_without_files_is_refused(tmp_path):
+    (tmp_path / "train").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no parquet files: stage the data again"):
+        read_shard(str(tmp_path / "train"), 0, 1)
+
+
+def test_the_manifest_round_trips_and_its_absence_or_damage_says_what_to_do(tmp_path):
+    staged = StagedData(directory=str(tmp_path), task="t", source="somewhere", train_rows=8, test_rows=2,
+                        files_per_split=2, stats={"x": {"mean": 1.0, "std": 2.0}})
     staged.save()
     assert StagedData.load(str(tmp_path)) == staged
     with pytest.raises(FileNotFoundError, match="manifest.json is missing.*Stage the data first"):
         StagedData.load(str(tmp_path / "elsewhere"))
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(ValueError, match="is damaged.*stage the data again"):
+        StagedData.load(str(tmp_path))

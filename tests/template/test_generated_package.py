@@ -1,0 +1,132 @@
+"""The generated package, src/<package>/: the runtime carried from this repository, the chosen task as task.py, the
+launchers of the chosen engines only, and nothing used only while generating (DESIGN.md: two things, kept apart)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from distributed_training.compute.requirements import ENGINES
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+SHARED = REPOSITORY / "src" / "distributed_training"
+TASKS = ("fare_regression", "causal_lm")
+# The tooling: validate, run, advise, the template's answers. Never in a project (it gets them from its `test` extra).
+GENERATION_ONLY = ("bundle", "remote", "advise", "answers.py", "clusters.py", "serverless.py", "cli.py", "tasks")
+MAX_LINES = 3_000
+
+
+def package_of(project: Path) -> Path:
+    return project / "src" / "my_training"
+
+
+def files_of(package: Path) -> dict[str, bytes]:
+    return {path.relative_to(package).as_posix(): path.read_bytes() for path in sorted(package.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts}
+
+
+def module_name(package: Path, path: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(package: Path, path: Path, modules: set[str]) -> set[str]:
+    """The package's modules that `path` imports (absolute or relative, `from . import x` included)."""
+    name = module_name(package, path)
+    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")[:len(here.split(".")) - node.level + 1]
+                base = ".".join(base + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for target in targets:
+            while target:  # importing a.b.c imports a.b and a too
+                if target in modules:
+                    found.add(target)
+                target = target.rpartition(".")[0]
+    return found
+
+
+def test_projects_that_differ_only_in_task_differ_only_in_task_py(rendered):
+    fare = files_of(package_of(rendered(task="fare_regression", engine="all")))
+    language = files_of(package_of(rendered(task="causal_lm", engine="all")))
+    assert set(fare) == set(language)
+    assert [name for name in fare if fare[name] != language[name]] == ["task.py"]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_the_chosen_task_is_what_the_project_trains(rendered, task):
+    package = package_of(rendered(task=task))
+    assert (package / "task.py").read_bytes() == (SHARED / "tasks" / f"{task}.py").read_bytes()
+    # ... and `train` loads it unless told otherwise (config.DEFAULT_TASK is <package>.task)
+    assert 'DEFAULT_TASK = f"{PACKAGE}.task"' in (package / "config.py").read_text()
+
+
+def test_the_runtime_is_carried_as_it_is_in_this_repository(rendered):
+    """Every carried file is the repository's own, byte for byte: one source, fixed in one place."""
+    package = package_of(rendered(engine="all"))
+    for name, content in files_of(package).items():
+        if name in ("__init__.py", "__main__.py", "task.py"):  # the template's own, and the task
+            continue
+        assert content == (SHARED / name).read_bytes(), name
+
+
+def test_the_default_project_is_small_and_holds_nothing_used_only_while_generating(rendered):
+    package = package_of(rendered())
+    lines = sum(len(path.read_text().splitlines()) for path in package.rglob("*.py"))
+    assert lines <= MAX_LINES, f"src/my_training/ has {lines} lines of Python, over {MAX_LINES}"
+    assert [name for name in GENERATION_ONLY if (package / name).exists()] == []
+    assert sorted(path.name for path in package.iterdir() if path.name != "__pycache__") == sorted([
+        "__init__.py", "__main__.py", "task.py", "config.py", "files.py", "findings.py", "launch.py", "staging.py",
+        "task_interface.py", "compute", "engines", "training"])
+
+
+@pytest.mark.parametrize("answers", [{}, {"engine": "all"}, {"engine": "ray"}, {"task": "causal_lm"}],
+                         ids=lambda answers: "-".join(answers.values()) or "default")
+def test_every_module_of_the_package_is_imported_by_another_or_is_an_entry_point(rendered, answers):
+    """No dead module: a simple static walk of the imports, from the entry points."""
+    project = rendered(**answers)
+    package = package_of(project)
+    paths = {module_name(package, path): path for path in package.rglob("*.py")}
+    modules = set(paths)
+    chosen = ENGINES if answers.get("engine") == "all" else (answers.get("engine", "torch_distributor"),)
+    # __main__ (python -m), launch (the `train` script), task (loaded by name: config.DEFAULT_TASK), the chosen
+    # engines (loaded by name: `train --engine`)
+    entry_points = {"my_training.__main__", "my_training.launch", "my_training.task",
+                    *(f"my_training.engines.{engine}" for engine in chosen)}
+    assert entry_points <= modules
+    assert "my_training.launch:train_main" in (project / "pyproject.toml").read_text()
+    imported = set().union(*(imported_modules(package, path, modules) for path in paths.values()))
+    unused = sorted(modules - imported - entry_points - {"my_training"})
+    assert unused == [], f"modules no module imports: {unused}"
+    # the data files are read by some module
+    sources = "".join(path.read_text() for path in paths.values())
+    for data in package.rglob("*.yaml"):
+        assert f'"{data.name}"' in sources, f"{data.relative_to(package)} is read by no module"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engines_not_chosen_are_pruned(rendered, engine):
+    engines = package_of(rendered(engine=engine)) / "engines"
+    carried = {path.stem for path in engines.glob("*.py")}
+    assert engine in carried
+    assert carried & set(ENGINES) == {engine}
+    assert ("least_squares" in carried) == (engine == "spark_ml_connect")  # Spark ML's own solver
+    assert "torchrun" in carried  # the serverless GPU hand-off, shared by the torch engines
+
+
+def test_a_ray_project_carries_ray_alone(rendered):
+    engines = package_of(rendered(engine="ray")) / "engines"
+    assert (engines / "ray.py").is_file()
+    for name in ("torch_distributor.py", "deepspeed.py", "spark_ml_connect.py", "least_squares.py"):
+        assert not (engines / name).exists(), name

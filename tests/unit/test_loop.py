@@ -1,0 +1,170 @@
+"""The loop's own pieces on one process: the learning-rate schedule, AdamW's groups, the batches, checkpoints that a
+rerun can trust, a resumed run that ends where an uninterrupted one does, and a loss that becomes NaN."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from distributed_training.files import write_atomically
+from distributed_training.task_interface import load_task
+from distributed_training.training import distributed
+from distributed_training.training.checkpoints import Checkpoints, complete_epochs
+from distributed_training.training.loop import NonFiniteLoss, ShuffledBatches, adamw, train, warmup_then_cosine
+from distributed_training.training.strategy import DataParallel
+
+from support.runs import FARE, LANGUAGE, resolved_config, staged
+
+IDENTITY = {"source": "test", "world_size": 1}
+
+
+@pytest.fixture
+def single_process(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    return distributed.start(use_gpu=False)
+
+
+def test_the_schedule_warms_up_then_decays_to_a_tenth():
+    multiplier = warmup_then_cosine(updates=100, warmup_fraction=0.1)
+    values = [multiplier(step) for step in range(100)]
+    assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
+    assert all(later <= earlier + 1e-12 for earlier, later in zip(values[10:], values[11:]))  # then only down
+    assert values[-1] == pytest.approx(0.1, abs=1e-3)
+    assert warmup_then_cosine(updates=10, warmup_fraction=0.0)(0) == pytest.approx(1.0)
+
+
+def test_weight_decay_falls_on_matrices_only():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
+    groups = adamw(model, 1e-3, 0.1).param_groups
+    assert [(len(group["params"]), group["weight_decay"]) for group in groups] == [(1, 0.1), (3, 0.0)]
+
+
+def test_batches_cover_every_example_once_an_epoch_in_an_order_the_epoch_decides():
+    examples = (torch.arange(10), torch.arange(10) * 2)
+    batches = ShuffledBatches(examples, batch_size=4, seed=1)
+    batches.set_epoch(3)
+    first = list(batches)
+    assert [len(batch[0]) for batch in first] == [4, 4, 2]
+    assert sorted(torch.cat([batch[0] for batch in first]).tolist()) == list(range(10))
+    assert all(torch.equal(batch[1], batch[0] * 2) for batch in first)  # the tensors are sliced together
+    batches.set_epoch(4)
+    batches.set_epoch(3)  # a resumed run sets the epoch it resumes at: the same order
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(first, batches))
+
+
+def strategy_with_weights(process, value):
+    strategy = DataParallel(process, "fp32", accumulation=1, grad_clip=1.0)
+    strategy.prepare(torch.nn.Linear(2, 1), lambda model: adamw(model, 1e-3, 0.0), lambda step: 1.0)
+    with torch.no_grad():
+        for parameter in strategy.module.parameters():
+            parameter.fill_(value)
+    return strategy
+
+
+def first_weight(strategy):
+    return float(next(strategy.module.parameters()).detach().flatten()[0])
+
+
+def test_an_interrupted_write_leaves_no_file_under_the_real_name(tmp_path):
+    target = tmp_path / "state.pt"
+
+    def write_half_then_die(file):
+        file.write(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomically(str(target), write_half_then_die)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_newest_checkpoint_is_resumed_and_only_the_newest_are_kept(tmp_path, single_process):
+    checkpoints = Checkpoints(str(tmp_path), single_process, keep=2, run_identity=IDENTITY, log=lambda *_: None)
+    for epoch in (1, 2, 3):
+        checkpoints.save(strategy_with_weights(single_process, float(epoch)), epoch, {"history": [epoch]})
+    assert complete_epochs(str(tmp_path)) == [3, 2]
+    fresh = strategy_with_weights(single_process, 0.0)
+    marker = checkpoints.resume(fresh)
+    assert marker["epoch"] == 3 and marker["history"] == [3] and first_weight(fresh) == 3.0
+
+
+def test_a_truncated_checkpoint_is_skipped_for_the_one_before_it(tmp_path, single_process, capsys):
+    checkpoints = Checkpoints(str(tmp_path), single_process, keep=3, run_identity=IDENTITY)
+    for epoch in (1, 2):
+        checkpoints.save(strategy_with_weights(single_process, float(epoch)), epoch, {"history": []})
+    newest = tmp_path / "epoch-00002" / "state.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    (tmp_path / "epoch-00003").mkdir()  # a save that died before its marker: not a checkpoint at all
+    fresh = strategy_with_weights(single_process, 0.0)
+    assert checkpoints.resume(fresh)["epoch"] == 1 and first_weight(fresh) == 1.0
+    output = capsys.readouterr().out
+    assert "cannot load" in output and "checkpoint of epoch 2 does not load on every rank: skipped" in output
+
+
+def test_a_checkpoint_of_another_run_is_refused_with_the_fix(tmp_path, single_process):
+    Checkpoints(str(tmp_path), single_process, keep=1, run_identity=IDENTITY, log=lambda *_: None).save(
+        strategy_with_weights(single_process, 1.0), 1, {"history": []})
+    other = Checkpoints(str(tmp_path), single_process, keep=1, run_identity={**IDENTITY, "world_size": 4})
+    with pytest.raises(RuntimeError, match="belongs to another run.*--no-resume"):
+        other.resume(strategy_with_weights(single_process, 0.0))
+
+
+class Interrupted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("task", [FARE, LANGUAGE])
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(spark, tmp_path, single_process, task, monkeypatch):
+    config, _ = staged(spark, resolved_config(tmp_path / "whole", task, processes=1, epochs=4, grad_accumulation=2),
+                       world_size=1, rows=800)
+    whole = train(config)
+    split = dataclasses.replace(config, output_dir=str(tmp_path / "split"))
+    staged(spark, split, world_size=1, rows=800)
+    save = Checkpoints.save
+
+    def save_then_stop_after_epoch_2(self, strategy, epoch, progress):
+        save(self, strategy, epoch, progress)
+        if epoch == 2:
+            raise Interrupted  # the process dies right after its second checkpoint
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_stop_after_epoch_2)
+    with pytest.raises(Interrupted):
+        train(split)
+    monkeypatch.setattr(Checkpoints, "save", save)
+    resumed = train(split)
+
+    assert resumed["resumed_from_epoch"] == 2 and [epoch["epoch"] for epoch in resumed["epochs"]] == [1, 2, 3, 4]
+    for name in ("train_loss", "held_out_loss", "learning_rate"):
+        assert [epoch[name] for epoch in resumed["epochs"]] == pytest.approx(
+            [epoch[name] for epoch in whole["epochs"]], rel=1e-6)
+    written = json.loads((tmp_path / "split" / "metrics.json").read_text())
+    assert written["held_out_loss"] == resumed["held_out_loss"] and "baseline_loss" in written
+    marker = json.loads((tmp_path / "split" / "checkpoints" / "epoch-00004" / "complete.json").read_text())
+    assert marker["epoch"] == 4 and marker["run_identity"]["task"] == task
+
+
+def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_last_good_checkpoint(spark, tmp_path, single_process,
+                                                                                   monkeypatch):
+    config, _ = staged(spark, resolved_config(tmp_path, FARE, processes=1, epochs=3, tracking=True), world_size=1,
+                       rows=400)
+    loss = load_task(FARE).loss
+    calls = []
+
+    def nan_in_epoch_2(model, batch):  # the task's loss, until it is NaN from the second epoch's first step on
+        calls.append(1)
+        return loss(model, batch) * (float("nan") if len(calls) > 13 else 1.0)
+
+    monkeypatch.setattr(load_task(FARE), "loss", nan_in_epoch_2)
+    with pytest.raises(NonFiniteLoss, match="the loss became nan in epoch 2.*Lower --learning-rate"):
+        train(config)
+    assert complete_epochs(str(tmp_path / "checkpoints")) == [1]  # the last good one; nothing of epoch 2
+    assert not (tmp_path / "metrics.json").exists()
+    import mlflow
+
+    mlflow.set_tracking_uri(f"file:{tmp_path / 'mlruns'}")
+    (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert run.info.status == "FAILED"
+    assert mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list") == []
