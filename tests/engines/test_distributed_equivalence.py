@@ -1,0 +1,91 @@
+"""Distributed math, proven rather than assumed: two ranks over gloo take the same steps as one process does on the
+union of their micro-batches (fp32, with and without gradient accumulation), their weights stay identical, and their
+shards of the staged data are disjoint and cover it. DeepSpeed ZeRO 2 takes the same steps as DDP. For both tasks."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torch.multiprocessing
+
+from distributed_training.training.data import read_shard
+
+from conftest import FARE, LANGUAGE
+from support.equivalence import one_process_train, rank_examples, ranks_train
+from support.runs import resolved_config, staged
+
+pytestmark = pytest.mark.engine
+
+WORLD, STEPS = 2, 6
+TOLERANCE = 1e-6
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def two_ranks(config, per_rank: int, results) -> list[dict]:
+    torch.multiprocessing.spawn(ranks_train, args=(WORLD, config, STEPS, per_rank, free_port(), str(results)),
+                                nprocs=WORLD, join=True)
+    return [torch.load(results / f"rank-{rank}.pt") for rank in range(WORLD)]
+
+
+def largest_difference(left: dict, right: dict) -> float:
+    assert left.keys() == right.keys()
+    return max(float((left[name] - right[name]).abs().max()) for name in left)
+
+
+@pytest.fixture(scope="module", params=[FARE, LANGUAGE], ids=["fare", "language-model"])
+def staged_task(request, spark, tmp_path_factory):
+    # Adam divides by the gradients' root mean square: where a gradient is almost 0 (a byte the batch lacks), the
+    # summation order's rounding moves a weight by a share of the learning rate, hence a small one here.
+    config = resolved_config(tmp_path_factory.mktemp("equivalence"), request.param, batch_size=8,
+                             learning_rate=1e-4, grad_clip=1.0)
+    config, data = staged(spark, config, world_size=WORLD, rows=600)
+    per_rank = min(len(rank_examples(config, rank, WORLD)[0]) for rank in range(WORLD))
+    assert per_rank >= STEPS * config.batch_size, "too few examples for the steps"
+    return config, data, per_rank
+
+
+def test_the_ranks_shards_are_disjoint_and_cover_the_staged_rows(staged_task):
+    """As multisets: the shards' rows together are exactly the split's rows, so none is read twice or left out."""
+    _, data, _ = staged_task
+    for split, rows in ((data.train_dir, data.train_rows), (data.test_dir, data.test_rows)):
+        shards = [read_shard(split, rank, WORLD, require_rows=False) for rank in range(WORLD)]
+        assert all(shard.num_rows > 0 for shard in shards) and sum(shard.num_rows for shard in shards) == rows
+        together = Counter(tuple(row.values()) for shard in shards for row in shard.to_pylist())
+        whole = Counter(tuple(row.values()) for row in pq.read_table(split).to_pylist())
+        assert together == whole
+
+
+@pytest.mark.parametrize("accumulation", [1, 3])
+def test_two_ranks_take_the_steps_one_process_takes_on_their_union(staged_task, tmp_path, accumulation):
+    config, _, per_rank = staged_task
+    config = dataclasses.replace(config, grad_accumulation=accumulation)
+    ranks = two_ranks(config, per_rank, tmp_path)
+    assert largest_difference(ranks[0], ranks[1]) == 0.0  # the ranks hold identical weights
+    alone = one_process_train(config, WORLD, STEPS, per_rank)
+    assert largest_difference(ranks[0], alone) < TOLERANCE
+    untrained = one_process_train(config, WORLD, 0, per_rank)
+    assert largest_difference(alone, untrained) > 100 * TOLERANCE  # the steps moved the weights: not a tautology
+
+
+@pytest.mark.parametrize("accumulation", [1, 3])
+def test_deepspeed_zero_2_takes_the_steps_ddp_takes(staged_task, tmp_path, accumulation):
+    config, _, per_rank = staged_task
+    ddp = dataclasses.replace(config, grad_accumulation=accumulation)
+    zero = dataclasses.replace(ddp, engine="deepspeed", zero_stage=2)
+    (tmp_path / "ddp").mkdir()
+    (tmp_path / "zero").mkdir()
+    by_ddp = two_ranks(ddp, per_rank, tmp_path / "ddp")
+    by_zero = two_ranks(zero, per_rank, tmp_path / "zero")
+    assert largest_difference(by_zero[0], by_zero[1]) == 0.0
+    assert largest_difference(by_zero[0], by_ddp[0]) < TOLERANCE
