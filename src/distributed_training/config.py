@@ -122,6 +122,9 @@ class Config:
                             choices=PRECISIONS)
     grad_accumulation: int = option(1, "micro-batches per optimizer step", parse=whole(1, 100_000), metavar="K")
     seed: int = option(42, "seeds the split, the shuffles and the weights", parse=whole(0, 2 ** 31 - 1))
+    collective_timeout: int = option(1800, "seconds a process waits for the others (to start, or in a collective) "
+                                           "before the run stops with an error", parse=whole(10, 86_400),
+                                     metavar="SECONDS")
     checkpoint_every: int = option(1, "epochs between checkpoints, in OUTPUT_DIR/checkpoints (the last always)",
                                    parse=whole(1, 100_000), metavar="EPOCHS")
     keep_checkpoints: int = option(2, "how many of the newest checkpoints to keep", parse=whole(1, 1000),

@@ -13,6 +13,9 @@ with DeepSpeed's own config classes before anything starts and written to OUTPUT
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 
 from ..config import Config, Placement
 from ..files import write_json
@@ -21,6 +24,11 @@ from . import LaunchError
 from .torch_distributor import TorchDistributorEngine
 
 CONFIG_FILE = "deepspeed_config.json"
+CPU_COMMUNICATION_OP = "deepspeed_shm_comm"
+OP_BUILD_SECONDS = 600  # the build takes under a minute on two cores
+STALE_LOCK_SECONDS = 900  # older than any build: what a killed build left behind
+BUILD_OP = ("from deepspeed.accelerator import get_accelerator; "
+            "get_accelerator().create_op_builder('ShareMemCommBuilder').load()")
 
 
 class DeepSpeedEngine(TorchDistributorEngine):
@@ -29,6 +37,7 @@ class DeepSpeedEngine(TorchDistributorEngine):
     def prepare(self, config: Config, where: Placement) -> None:
         if not where.use_gpu:
             os.environ["DS_ACCELERATOR"] = "cpu"  # the processes inherit it; without it DeepSpeed looks for CUDA
+            build_cpu_communication_op()
         generated = deepspeed_config(config, where.world_size, config.precision)
         check_with_deepspeed(generated)
         write_json(os.path.join(config.output_dir, CONFIG_FILE), generated)
@@ -65,6 +74,37 @@ def check_with_deepspeed(config: dict) -> None:
     except Exception as error:  # pydantic's ValidationError, or an AssertionError on a contradiction
         raise LaunchError(f"the DeepSpeed config is not valid: {' '.join(str(error).split())}. Fix --deepspeed-config "
                           "or the --zero-stage / --offload / --precision options") from None
+
+
+def build_cpu_communication_op(timeout: float = OP_BUILD_SECONDS) -> None:
+    """Build DeepSpeed's CPU shared-memory communication op before the training processes need it, with a bound.
+
+    DeepSpeed builds it on first use with torch's extension builder, under a lock file in torch's extension folder;
+    a build killed midway leaves the lock, and every later build waits on it forever, silently. Here a lock older
+    than any build is removed, and a build that does not end in time is an error naming the lock.
+    """
+    lock = os.path.join(_extension_folder(), "lock")
+    if os.path.exists(lock) and time.time() - os.path.getmtime(lock) > STALE_LOCK_SECONDS:
+        os.remove(lock)
+        print(f"removed {lock}, left by a DeepSpeed op build that was killed", flush=True)
+    try:
+        subprocess.run([sys.executable, "-c", BUILD_OP], env={**os.environ, "DS_ACCELERATOR": "cpu"},
+                       capture_output=True, text=True, timeout=timeout, check=True)
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"DeepSpeed's CPU communication op did not build within {timeout:g} s: the build waits on "
+                          f"the lock {lock}, which a killed build leaves behind. If no other DeepSpeed run is "
+                          "building it now, delete that file and run again") from None
+    except subprocess.CalledProcessError as error:
+        last = (error.stderr.strip().splitlines() or ["no output"])[-1]
+        raise LaunchError(f"DeepSpeed's CPU communication op does not build ({last}): it needs a C++ compiler and "
+                          "the Python headers") from None
+
+
+def _extension_folder() -> str:
+    """Where torch's extension builder keeps the op's build (and its lock): TORCH_EXTENSIONS_DIR or its default."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return _get_build_directory(CPU_COMMUNICATION_OP, verbose=False)
 
 
 ENGINE = DeepSpeedEngine()

@@ -120,8 +120,15 @@ def main(argv: list[str] | None = None) -> int:
 
         train(config)
         return 0
-    if not placement(config).use_gpu:
+    if not placement(config).use_gpu and config.engine == "deepspeed":
+        from .deepspeed import build_cpu_communication_op
+
         os.environ["DS_ACCELERATOR"] = "cpu"  # CPU processes: DeepSpeed must not look for CUDA
+        try:
+            build_cpu_communication_op()
+        except LaunchError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
     print("+ " + shlex.join(command), flush=True)
     os.execv(command[0], command)
 

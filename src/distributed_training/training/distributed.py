@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -31,8 +32,9 @@ class Process:
         return self.world_size > 1
 
 
-def start(use_gpu: bool) -> Process:
-    """Join the process group (when there is more than one process) and pick this process's device."""
+def start(use_gpu: bool, timeout_seconds: float = 1800) -> Process:
+    """Join the process group (when there is more than one process) and pick this process's device. A peer that does
+    not come, or a collective a peer never joins, ends in an error after `timeout_seconds`."""
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -52,7 +54,8 @@ def start(use_gpu: bool) -> Process:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world_size))
     starts_group = world_size > 1 and not dist.is_initialized()
     if starts_group:
-        dist.init_process_group(backend="nccl" if use_gpu else "gloo", init_method="env://")
+        dist.init_process_group(backend="nccl" if use_gpu else "gloo", init_method="env://",
+                                timeout=timedelta(seconds=timeout_seconds))
     return Process(rank, world_size, local_rank, device, owns_group=starts_group)
 
 

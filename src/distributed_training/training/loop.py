@@ -39,7 +39,7 @@ class NonFiniteLoss(FloatingPointError):
 def train(config: Config, environment: dict[str, str] | None = None) -> dict:
     """Train on this rank's share of the data; the run's metrics (rank 0 also writes OUTPUT_DIR/metrics.json).
     `environment`: what rank 0 needs to reach MLflow (credentials: never written to a file)."""
-    process = distributed.start(placement(config).use_gpu)
+    process = distributed.start(placement(config).use_gpu, config.collective_timeout)
     try:
         return _train(config, process, environment or {})
     finally:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from datetime import timedelta
 from typing import Callable
 
 import torch
@@ -111,15 +112,16 @@ class DeepSpeed(Strategy):
     """DeepSpeed's engine: ZeRO sharding and offload as its config says; accumulation, clipping and the schedule's
     steps happen inside `step`. Its save_checkpoint/load_checkpoint write and read every rank's shard."""
 
-    def __init__(self, process: Process, precision: str, accumulation: int, config: dict):
+    def __init__(self, process: Process, precision: str, accumulation: int, config: dict, timeout_seconds: float):
         super().__init__(process, precision, accumulation)
-        self.config = config
+        self.config, self.timeout_seconds = config, timeout_seconds
 
     def prepare(self, model: torch.nn.Module, make_optimizer: Callable, schedule: Callable[[int], float]) -> None:
         import deepspeed
 
         # The process group is already up (distributed.start); DeepSpeed wraps it instead of starting its own.
-        deepspeed.init_distributed(dist_backend="nccl" if self.process.device.type == "cuda" else "gloo")
+        deepspeed.init_distributed(dist_backend="nccl" if self.process.device.type == "cuda" else "gloo",
+                                   timeout=timedelta(seconds=self.timeout_seconds))
         self.model, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=make_optimizer(model), config=self.config,
             lr_scheduler=lambda optimizer: LambdaLR(optimizer, schedule))
@@ -154,5 +156,5 @@ def create(config, process: Process) -> Strategy:
         from .deepspeed_config import deepspeed_config
 
         return DeepSpeed(process, config.precision, config.grad_accumulation,
-                         deepspeed_config(config, process.world_size, config.precision))
+                         deepspeed_config(config, process.world_size, config.precision), config.collective_timeout)
     return DataParallel(process, config.precision, config.grad_accumulation, config.grad_clip)

@@ -1,0 +1,52 @@
+"""Every wait of a local run has a bound, and past it an error that says what it waited for and what to do.
+
+DeepSpeed builds its CPU communication op on first use under a lock file in torch's extension folder; a build killed
+midway leaves the lock and every later DeepSpeed run would wait on it forever (FACTS.md, "Platform facts"). A peer
+that never joins a collective ends the run after --collective-timeout seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+from distributed_training.engines import LaunchError
+from distributed_training.engines.deepspeed import build_cpu_communication_op, _extension_folder
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture
+def extensions(tmp_path, monkeypatch):
+    """A private extension folder holding the op as built already (a build from scratch takes half a minute)."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    build_cpu_communication_op()  # the default folder's copy, built once
+    built = _extension_folder()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
+    mine = _extension_folder()
+    shutil.rmtree(mine)
+    shutil.copytree(built, mine, ignore=shutil.ignore_patterns("lock"))
+    return mine
+
+
+def test_a_lock_left_by_a_killed_build_is_removed_and_the_run_goes_on(extensions, capsys):
+    lock = os.path.join(extensions, "lock")
+    open(lock, "w").close()
+    an_hour_ago = time.time() - 3600
+    os.utime(lock, (an_hour_ago, an_hour_ago))
+    started = time.monotonic()
+    build_cpu_communication_op(timeout=120)
+    assert not os.path.exists(lock) and time.monotonic() - started < 120
+    assert f"removed {lock}, left by a DeepSpeed op build that was killed" in capsys.readouterr().out
+
+
+def test_a_build_that_waits_past_its_bound_is_an_error_naming_the_lock(extensions):
+    lock = os.path.join(extensions, "lock")
+    open(lock, "w").close()  # fresh: it may be another run's build in progress, so it is left alone
+    started = time.monotonic()
+    with pytest.raises(LaunchError, match=f"did not build within 3 s: the build waits on the lock {lock}.*delete"):
+        build_cpu_communication_op(timeout=3)
+    assert time.monotonic() - started < 30 and os.path.exists(lock)
