@@ -7,8 +7,7 @@ once, to see that the user gets one error line and an exit code, not a traceback
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -17,79 +16,79 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.engines import launch
-from distributed_training.engines.settings import LaunchError, settings_from_args
+from distributed_training.engines import available, engine
+from distributed_training.staging import TableError
 from distributed_training.training.checkpoints import CheckpointFolderError
-from distributed_training.training.config import TrainingConfig
 from distributed_training.training.loop import train as train_loop
-from distributed_training.training.sample_data import write_sample_trips
-from distributed_training.training.staging import stage_training_data
+
+from support.runs import FARE, resolved_config, staged
 
 SOURCE = Path(__file__).resolve().parents[2] / "src"
 FAST = 30.0  # seconds: failing before any distributor starts takes a Spark read at most
-
-
-def settings(tmp_path, engine: str, table: str):
-    parser = argparse.ArgumentParser()
-    launch.add_arguments(parser)
-    return settings_from_args(parser.parse_args(
-        ["--engine", engine, "--local", "--table", table, "--output-dir", str(tmp_path / "out"), "--epochs", "1",
-         "--no-tracking"]))
+TORCH_ENGINES = [name for name in available() if name != "spark_ml_connect"]
 
 
 @pytest.fixture(scope="module")
-def staged(spark, tmp_path_factory):
+def staged_config(spark, tmp_path_factory):
     folder = tmp_path_factory.mktemp("fails_fast")
-    table = write_sample_trips(spark, str(folder / "trips"), rows=600, seed=5)
-    return stage_training_data(spark, table, str(folder / "staging"), world_size=1, seed=5)
+    config, _ = staged(spark, resolved_config(folder, FARE, processes=1, epochs=1), world_size=1, rows=600)
+    return config
 
 
-@pytest.mark.parametrize("engine", launch.implemented_engines())
+def in_folder(config, folder: Path, **overrides):
+    """The staged run's config with its output (checkpoints, metrics) in `folder`, its data where it was staged."""
+    folder.mkdir(parents=True, exist_ok=True)
+    os.symlink(config.staging_dir, folder / "staging")
+    return dataclasses.replace(config, output_dir=str(folder), **overrides)
+
+
+@pytest.mark.parametrize("engine_name", TORCH_ENGINES)
 @pytest.mark.parametrize("table, reason", [
     ("{tmp}/no_such_table", "cannot read the parquet path"),
     ("main.no_such_schema.trips", "cannot read the table"),
 ], ids=["missing-path", "missing-table"])
-def test_a_missing_table_fails_fast_naming_it(spark, tmp_path, engine, table, reason):
+def test_a_missing_table_fails_fast_naming_it(spark, tmp_path, engine_name, table, reason):
     table = table.format(tmp=tmp_path)
-    module = importlib.import_module(f"distributed_training.engines.{engine}")
+    config = resolved_config(tmp_path / "out", FARE, engine=engine_name, table=table, processes=1)
     started = time.perf_counter()
-    with pytest.raises(LaunchError, match=reason) as error:
-        module.train(spark, settings(tmp_path, engine, table))
+    with pytest.raises(TableError, match=reason) as error:
+        engine(engine_name).train(spark, config, {})
     assert time.perf_counter() - started < FAST
     assert table in str(error.value) and "--table" in str(error.value)
+    assert not (tmp_path / "out" / "metrics.json").exists()
 
 
-def test_a_table_without_the_feature_columns_names_them(spark, tmp_path):
+def test_a_table_without_the_tasks_columns_names_them(spark, tmp_path):
     path = str(tmp_path / "wrong_columns")
     spark.range(50).withColumnRenamed("id", "fare").write.parquet(path)
-    module = importlib.import_module("distributed_training.engines.torch_distributor")
-    with pytest.raises(LaunchError, match="lacks the column.*trip_distance.*fare_amount"):
-        module.train(spark, settings(tmp_path, "torch_distributor", path))
+    config = resolved_config(tmp_path / "out", FARE, table=path, processes=1)
+    with pytest.raises(TableError, match="trip_distance"):
+        engine("torch_distributor").train(spark, config, {})
 
 
-def test_a_checkpoint_folder_that_is_a_file_fails_before_training(staged, tmp_path):
-    (tmp_path / "checkpoints").write_text("a file where the checkpoints go")
-    config = TrainingConfig(data=staged, output_dir=str(tmp_path), epochs=1)
+def test_a_checkpoint_folder_that_is_a_file_fails_before_training(staged_config, tmp_path):
+    config = in_folder(staged_config, tmp_path / "run")
+    (tmp_path / "run" / "checkpoints").write_text("a file where the checkpoints go")
     with pytest.raises(CheckpointFolderError, match="it is a file, not a folder") as error:
         train_loop(config)
     assert "--output-dir" in str(error.value)
-    assert not (tmp_path / "metrics.json").exists()
+    assert not (tmp_path / "run" / "metrics.json").exists()
 
 
-def test_a_checkpoint_folder_that_cannot_be_created_fails_before_training(staged, tmp_path):
-    (tmp_path / "blocked").write_text("")
-    config = TrainingConfig(data=staged, output_dir=str(tmp_path), epochs=1,
-                            checkpoint_dir=str(tmp_path / "blocked" / "checkpoints"))
-    with pytest.raises(CheckpointFolderError, match="cannot create the checkpoint folder"):
-        train_loop(config)
+def test_more_gpus_than_the_machine_has_fail_in_the_loop_with_the_count(staged_config, tmp_path, monkeypatch):
+    """The launcher's preflight refuses such a job on a cluster (tests/unit/test_preflight.py); a process started by
+    hand with GPUs asked for meets the same refusal in the loop. CUDA_VISIBLE_DEVICES hides any GPU this machine has,
+    so the test means the same on a GPU machine."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    config = in_folder(staged_config, tmp_path / "run", gpus_per_node=1)
+    code = ("import sys, pickle; from distributed_training.training.loop import train; "
+            "train(pickle.loads(sys.stdin.buffer.read()))")
+    import pickle
 
-
-def test_more_gpus_than_the_machine_has_fail_in_the_loop_with_the_count(staged, tmp_path):
-    """The launcher's preflight refuses such a job on a cluster (tests/unit/test_training_launch.py); a process
-    started by hand with --gpu meets the same refusal in the loop."""
-    config = TrainingConfig(data=staged, output_dir=str(tmp_path), epochs=1, use_gpu=True)
-    with pytest.raises(RuntimeError, match=r"needs a GPU, but this process sees 0"):
-        train_loop(config)
+    completed = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(config), capture_output=True,
+                               timeout=120, env={**os.environ, "PYTHONPATH": str(SOURCE)})
+    assert completed.returncode != 0
+    assert b"needs a GPU, but this process sees 0" in completed.stderr, completed.stderr[-2000:]
 
 
 @pytest.mark.engine
