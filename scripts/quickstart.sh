@@ -13,7 +13,7 @@ project=$out/my-training
 .venv/bin/python -m pip install --quiet --no-deps -e "$project"
 
 echo "==> Validating the generated bundle (both targets)"
-.venv/bin/python -m my_training validate "$project"
+.venv/bin/python -m distributed_training validate "$project"   # the tool, this checkout's package
 
 echo "==> Training it locally: TorchDistributor, 2 CPU processes, local Spark"
 .venv/bin/python -m my_training train --engine torch_distributor --local --output-dir "$out/run"

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Run the whole test suite: unit, template, engine (real local Spark and distributor processes) and remote tests.
-# DATABRICKS_BUNDLE_SCHEMA=path/to/jsonschema.json (`databricks bundle schema`) adds the JSON-schema tests.
+# Run the test suite: unit, template, engine (real local Spark and distributor processes) and remote tests.
+#   bash scripts/test.sh          the whole suite (what CI runs); the slowest tests are listed at the end
+#   bash scripts/test.sh --fast   every module's unit tests, no engine runs (tests marked `engine`): a few minutes
+# Further arguments go to pytest. DATABRICKS_BUNDLE_SCHEMA=path/to/jsonschema.json (`databricks bundle schema`)
+# adds the JSON-schema tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export SPARK_LOCAL_IP=127.0.0.1
-exec .venv/bin/python -m pytest "$@"
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  set -- -m "not engine" "$@"
+fi
+exec .venv/bin/python -m pytest --durations=20 "$@"

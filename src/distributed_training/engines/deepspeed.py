@@ -37,7 +37,6 @@ class DeepSpeedEngine(TorchDistributorEngine):
     def prepare(self, config: Config, where: Placement) -> None:
         if not where.use_gpu:
             os.environ["DS_ACCELERATOR"] = "cpu"  # the processes inherit it; without it DeepSpeed looks for CUDA
-            build_cpu_communication_op()
         generated = deepspeed_config(config, where.world_size, config.precision)
         check_with_deepspeed(generated)
         write_json(os.path.join(config.output_dir, CONFIG_FILE), generated)
@@ -50,6 +49,9 @@ class DeepSpeedEngine(TorchDistributorEngine):
 
     def distributor(self, config: Config, where: Placement):
         from pyspark.ml.deepspeed.deepspeed_distributor import DeepspeedTorchDistributor
+
+        if not where.use_gpu:  # after staging: a table that cannot be read fails before this build
+            build_cpu_communication_op()
 
         return DeepspeedTorchDistributor(numGpus=where.processes_per_node, nnodes=where.nodes,
                                          localMode=where.nodes == 1, useGpu=where.use_gpu,
