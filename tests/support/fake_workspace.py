@@ -13,7 +13,8 @@ through the real `databricks-sdk` `WorkspaceClient` (host=http://127.0.0.1:PORT,
 and 404 ENDPOINT_NOT_FOUND to anything else. /api/ calls need `Authorization: Bearer <DUMMY_TOKEN>`.
 
 What a run does is scripted: `ScriptedRun.snapshots` are what runs/get answers, one per call, the last repeating.
-Transient failures are queued per path with `fail_next`. Every request is recorded in `requests`.
+Transient failures are queued per path with `fail_next`, answers that never come (until the fake closes) with
+`stall_next`. Every request is recorded in `requests`.
 """
 
 from __future__ import annotations
@@ -87,12 +88,15 @@ class FakeWorkspace:
         self.requests: list[Request] = []
         self._scripts: list[ScriptedRun] = []
         self._failures: dict[str, list[int]] = {}
+        self._stalls: dict[str, int] = {}
+        self.closing = threading.Event()  # set on exit: stalled answers end then
         self._runs: dict[int, _Run] = {}
         self._task_runs: dict[int, tuple[_Run, str]] = {}
         self._runs_by_token: dict[str, int] = {}
         self._next_id = 1000
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
@@ -104,6 +108,7 @@ class FakeWorkspace:
         return self
 
     def __exit__(self, *exc_info) -> None:
+        self.closing.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -126,6 +131,18 @@ class FakeWorkspace:
     def fail_next(self, path: str, *statuses: int) -> None:
         """Answer the next requests to `path` with these HTTP statuses, one each, before answering normally."""
         self._failures.setdefault(path, []).extend(statuses)
+
+    def stall_next(self, path: str, times: int = 1_000_000) -> None:
+        """Read the next `times` requests to `path` and send nothing back (until the fake closes)."""
+        self._stalls[path] = self._stalls.get(path, 0) + times
+
+    def take_stall(self, path: str) -> bool:
+        with self._lock:
+            if self._stalls.get(path, 0) > 0:
+                self._stalls[path] -= 1
+                self.requests.append(Request("STALLED", path, {}, {}))
+                return True
+            return False
 
     @property
     def last_run(self) -> tuple[int, dict[str, int]]:
@@ -284,6 +301,9 @@ def _handler_for(workspace: FakeWorkspace):
             query = {key: values[-1] for key, values in parse_qs(url.query).items()}
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+            if workspace.take_stall(url.path):
+                workspace.closing.wait()
+                return
             status, answer = workspace.answer(self.command, url.path, query, body, self.headers.get("Authorization"))
             data = json.dumps(answer).encode()
             self.send_response(status)

@@ -17,7 +17,7 @@ def test_the_target_is_the_requested_else_the_default_else_the_only_one():
     assert choose_target(["dev", "prod"], ["prod"], None, "databricks.yml") == "prod"
     assert choose_target(["staging"], [], None, "databricks.yml") == "staging"
     assert choose_target([], [], None, "databricks.yml") == "default"
-    with pytest.raises(DeploymentError, match=r"marks no target as default: pass --target \(targets: dev, prod\)"):
+    with pytest.raises(DeploymentError, match=r"marks no target as default \(targets: dev, prod\); fix: pass --target dev"):
         choose_target(["dev", "prod"], [], None, "databricks.yml")
     with pytest.raises(DeploymentError, match="'qa' is not declared in databricks.yml"):
         choose_target(["dev", "prod"], ["dev"], "qa", "databricks.yml")

@@ -12,6 +12,7 @@ are narrowed to the jobs the current user created before they are called ambiguo
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ class BundleTarget:
     name: str | None  # bundle.name with its ${var.*} references resolved; None when it cannot be
     raw_name: str
     profile: str | None  # the target's workspace.profile, if it names one
+    job_keys: tuple[str, ...] = ()  # the keys under resources.jobs in this target
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,9 @@ def read_bundle_target(bundle_dir: str | Path, requested_target: str | None) -> 
     raw_name = bundle_section.get("name")
     if not isinstance(raw_name, str) or not raw_name:
         errors = [finding for finding in bundle.findings if finding.is_error]
-        why = f": {errors[0].message} ({errors[0].fix})" if errors else \
-            " (add `bundle: {name: ...}` to the bundle you deployed)"
-        raise DeploymentError(f"no bundle.name in {bundle.root / bundle.root_file.name}{why}")
+        why = f": {errors[0].message}" if errors else ""
+        fix = errors[0].fix if errors else "add `bundle: {name: ...}`, the name the bundle was deployed with"
+        raise DeploymentError(f"no bundle.name in {bundle.root / bundle.root_file.name}{why}; fix: {fix}")
     variables = target_variables(tree)
 
     def value_of(match: re.Match) -> str:
@@ -74,8 +76,25 @@ def read_bundle_target(bundle_dir: str | Path, requested_target: str | None) -> 
     name = VARIABLE_REFERENCE.sub(value_of, raw_name)
     workspace = tree.get("workspace") if isinstance(tree.get("workspace"), dict) else {}
     profile = workspace.get("profile")
+    resources = tree.get("resources") if isinstance(tree.get("resources"), dict) else {}
+    jobs = resources.get("jobs") if isinstance(resources.get("jobs"), dict) else {}
     return BundleTarget(bundle.root, target, None if "${" in name else name, raw_name,
-                        profile if isinstance(profile, str) and "${" not in profile else None)
+                        profile if isinstance(profile, str) and "${" not in profile else None,
+                        tuple(str(key) for key in jobs))
+
+
+def check_job_key(bundle: BundleTarget, key: str) -> None:
+    """Refuse a key that is not under resources.jobs of the bundle's target: read from the files, no network."""
+    if key in bundle.job_keys:
+        return
+    where = f"resources.jobs of bundle {bundle.raw_name!r}, target {bundle.target!r}"
+    if not bundle.job_keys:
+        raise DeploymentError(f"job key {key!r} is not in {where}: the bundle declares no jobs; fix: run this "
+                              "from the folder of the bundle that holds the job (or pass --bundle-dir)")
+    close = difflib.get_close_matches(key, bundle.job_keys, n=3, cutoff=0.5)
+    suggestion = f"did you mean {' or '.join(close)}? " if close else ""
+    raise DeploymentError(f"job key {key!r} is not in {where} (its jobs: {', '.join(bundle.job_keys)}); "
+                          f"fix: {suggestion}pass one of those keys")
 
 
 def _default_targets(tree) -> list[str]:
@@ -89,11 +108,13 @@ def choose_target(declared: list[str], defaults: list[str], requested: str | Non
     """The target the CLI would deploy: the requested one, else the default one, else the only one."""
     if requested is not None:
         if declared and requested not in declared:
-            raise DeploymentError(f"target {requested!r} is not declared in {root_file} "
-                                  f"(targets: {', '.join(declared)})")
+            close = difflib.get_close_matches(requested, declared, n=1, cutoff=0.5)
+            raise DeploymentError(f"target {requested!r} is not declared in {root_file} (targets: "
+                                  f"{', '.join(declared)}); fix: pass --target {close[0] if close else declared[0]}"
+                                  f"{'' if close else ' or another of them'}")
         if not declared and requested != IMPLICIT_TARGET:
-            raise DeploymentError(f"target {requested!r} is not declared: {root_file} declares no targets "
-                                  f"(leave out --target)")
+            raise DeploymentError(f"target {requested!r} is not declared: {root_file} declares no targets; "
+                                  "fix: leave out --target")
         return requested
     if not declared:
         return IMPLICIT_TARGET
@@ -101,7 +122,8 @@ def choose_target(declared: list[str], defaults: list[str], requested: str | Non
         return defaults[0]
     if len(declared) == 1:
         return declared[0]
-    raise DeploymentError(f"{root_file} marks no target as default: pass --target (targets: {', '.join(declared)})")
+    raise DeploymentError(f"{root_file} marks no target as default (targets: {', '.join(declared)}); fix: pass "
+                          f"--target {declared[0]} or another of them")
 
 
 def job_id_from_local_state(root: Path, target: str, key: str) -> tuple[int, Path] | None:

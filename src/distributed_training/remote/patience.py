@@ -58,6 +58,7 @@ class Patience:
         Raises the error if it is not transient, and `WorkspaceUnavailable` once transient errors have lasted
         `give_up_after` seconds without a single good answer in between (from any call of this `Patience`).
         """
+        started = self._clock()
         try:
             result = call(*args, **kwargs)
         except Exception as error:
@@ -65,12 +66,13 @@ class Patience:
                 raise
             now = self._clock()
             if self._failing_since is None:
-                self._failing_since = now
+                self._failing_since = started  # the call itself may have waited (the SDK retries inside it)
             failing_for = now - self._failing_since
             if failing_for >= self.give_up_after:
                 raise WorkspaceUnavailable(
                     f"{what}: the workspace has answered only with transient errors for {failing_for:.0f} s "
-                    f"(last: {describe_error(error)}); check the workspace's status and try again") from error
+                    f"(last: {describe_error(error)}); fix: check the workspace's status and run again (or wait longer "
+                    "with --api-patience)") from error
             self._note(f"{what}: transient error ({describe_error(error)}); trying again")
             return NO_ANSWER
         self._failing_since = None

@@ -5,6 +5,10 @@ succeeded with failures); 2 it could not be started or followed (no bundle here,
 authentication or API error); 124 the --timeout wait ended while the run goes on; 130 interrupted with Ctrl-C
 (the run cancelled, or left running when you said so).
 
+Every wait is bounded, from the first request (the SDK's own, made while it reads its configuration): a host that
+never answers is given --connect-timeout seconds in all, a workspace that answers only with errors --api-patience
+seconds (see `connection`). The job key is checked against the bundle before any request.
+
 Authentication is the Databricks SDK's own: a profile (--profile, else the target's workspace.profile, else
 DEFAULT in ~/.databrickscfg), DATABRICKS_* environment variables, OAuth. No token is read from or written to any
 file of the bundle.
@@ -13,6 +17,9 @@ file of the bundle.
 from __future__ import annotations
 
 import argparse
+import inspect
+import logging
+import math
 import sys
 import uuid
 
@@ -21,10 +28,13 @@ EXIT_RUN_FAILED = 1
 EXIT_ERROR = 2
 EXIT_STILL_RUNNING = 124
 EXIT_INTERRUPTED = 130
-# How long the SDK itself retries one call (429, 503, dropped connections) unless the profile sets
-# retry_timeout_seconds: its default, 300 s, would hold a poll (and --timeout) for five minutes; `Patience`
-# takes over after this.
+# How long the SDK itself retries one call (429, 503, dropped connections): its default, 300 s, would hold a poll
+# (and --timeout) for five minutes; `Patience` takes over after this. Never more than --api-patience.
 SDK_RETRY_SECONDS = 60
+# How long one request waits for its answer (the SDK's default is 60 s). Never more than --api-patience.
+SDK_HTTP_SECONDS = 60
+# How long a host that has not answered yet is given, from the first request, before `run` gives up on it.
+CONNECT_SECONDS = 45
 
 
 class CannotAuthenticate(RuntimeError):
@@ -48,7 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between two reads of the run's state (default 5)")
     parser.add_argument("--api-patience", type=_positive_seconds, default=600.0, metavar="SECONDS",
                         help="how long to keep retrying while the workspace answers only with transient errors "
-                             "(5xx, 429) before giving up (default 600)")
+                             "(5xx, 429) or stops answering, before giving up (default 600)")
+    parser.add_argument("--connect-timeout", type=_positive_seconds, default=float(CONNECT_SECONDS),
+                        metavar="SECONDS", help="how long to wait for the workspace's first answer (a wrong host, "
+                        f"a network that does not reach it) before giving up (default {CONNECT_SECONDS})")
 
 
 def _parameter(text: str) -> tuple[str, str]:
@@ -63,6 +76,8 @@ def _positive_seconds(text: str) -> float:
         seconds = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds")
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
     return seconds
@@ -77,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
     from ..bundle.loader import NotABundle
-    from .deployment import DeploymentError, find_deployed_job, read_bundle_target
+    from .deployment import DeploymentError, check_job_key, find_deployed_job, read_bundle_target
     from .patience import Patience, WorkspaceUnavailable
     from .progress import ProgressLine
 
@@ -92,12 +107,18 @@ def run(args: argparse.Namespace) -> int:
     patience = Patience(interval=args.poll_interval, give_up_after=args.api_patience, note=note)
     try:
         bundle = read_bundle_target(args.bundle_dir, args.target)
-        workspace = _workspace_client(args.profile or bundle.profile)
+        check_job_key(bundle, args.job_key)  # before any request: a typo costs no wait
+        workspace = _workspace_client(args.profile or bundle.profile, connect_seconds=args.connect_timeout,
+                                      patience_seconds=args.api_patience)
         job = find_deployed_job(workspace.jobs, bundle, args.job_key, patience,
                                 lambda: _current_user(workspace, patience), note)
         run_id = _start(workspace.jobs, job, dict(args.param), patience)
-    except (NotABundle, DeploymentError, CannotAuthenticate, WorkspaceUnavailable, DatabricksError) as error:
+    except NotABundle as error:
+        return _fail(f"{error}; fix: run it from the bundle's folder, or pass --bundle-dir DIR")
+    except (DeploymentError, CannotAuthenticate, WorkspaceUnavailable) as error:
         return _fail(error)
+    except DatabricksError as error:
+        return _fail(_with_fix(error))
     except KeyboardInterrupt:
         print("\ninterrupted before the run was confirmed started: check the job's runs in the workspace",
               file=sys.stderr)
@@ -110,22 +131,40 @@ def run(args: argparse.Namespace) -> int:
         return _follow_to_the_end(workspace.jobs, run_id, args, patience, progress)
     except (WorkspaceUnavailable, DatabricksError) as error:
         progress.end_line()
-        return _fail(error, f"run {run_id} may still be going: see its page in the workspace's Jobs & Pipelines")
+        return _fail(_with_fix(error),
+                     f"run {run_id} may still be going: see its page in the workspace's Jobs & Pipelines")
 
 
-def _workspace_client(profile: str | None):
+def _workspace_client(profile: str | None, *, connect_seconds: float = CONNECT_SECONDS,
+                      patience_seconds: float = 600.0):
+    """A client whose every request, the SDK's first included, waits no longer than the options allow."""
     from databricks.sdk import WorkspaceClient
     from databricks.sdk.config import Config
 
+    from .connection import WorkspaceLink
+
+    _quiet_sdk_logs()
+    reach = min(connect_seconds, patience_seconds)
+    options = {"retry_timeout_seconds": max(1, math.ceil(min(SDK_RETRY_SECONDS, patience_seconds))),
+               "http_timeout_seconds": min(SDK_HTTP_SECONDS, patience_seconds, max(reach, 1.0))}
+    if "http_adapter" in inspect.signature(Config.__init__).parameters:  # databricks-sdk 0.120+
+        options["http_adapter"] = WorkspaceLink(reach_seconds=reach, patience_seconds=patience_seconds)
     try:
-        config = Config(profile=profile)
+        config = Config(profile=profile, **options)
     except ValueError as error:
-        raise CannotAuthenticate(f"cannot authenticate to the workspace: {error}\nfix: `databricks auth login "
+        reason = " ".join(str(error).split())
+        raise CannotAuthenticate(f"cannot authenticate to the workspace: {reason}; fix: `databricks auth login "
                                  "--host https://<workspace>` (then --profile NAME), or set DATABRICKS_HOST and "
                                  "DATABRICKS_TOKEN") from error
-    if config.retry_timeout_seconds is None:
-        config.retry_timeout_seconds = SDK_RETRY_SECONDS
     return WorkspaceClient(config=config)
+
+
+def _quiet_sdk_logs() -> None:
+    """The SDK logs a warning when its first request fails, and Python prints it when nothing handles logs: `run`
+    says what went wrong itself, in one line. Logging configured by the caller still gets the SDK's records."""
+    logger = logging.getLogger("databricks.sdk")
+    if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+        logger.addHandler(logging.NullHandler())
 
 
 def _current_user(workspace, patience) -> str | None:
@@ -200,9 +239,24 @@ def _ask_to_cancel(run_id: int) -> bool | None:
     return answer.strip().lower() in {"y", "yes"}
 
 
+def _with_fix(error: BaseException) -> str:
+    """The workspace's refusal in one line, with what to do about it."""
+    from databricks.sdk.errors import DatabricksError, PermissionDenied, Unauthenticated
+
+    text = " ".join(str(error).split())
+    if not isinstance(error, DatabricksError):
+        return text
+    if isinstance(error, Unauthenticated):
+        fix = ("check the token or profile (DATABRICKS_TOKEN, --profile) or log in again: "
+               "`databricks auth login --host https://<workspace>`")
+    elif isinstance(error, PermissionDenied):
+        fix = "ask for CAN MANAGE RUN on the job, or run it as its owner"
+    else:
+        fix = "check the job in the workspace (Jobs & Pipelines), then run again"
+    return f"the workspace refused: {text}; fix: {fix}"
+
+
 def _fail(error: BaseException, after: str | None = None) -> int:
     sys.stdout.flush()
-    print(f"error: {error}", file=sys.stderr)
-    if after:
-        print(after, file=sys.stderr)
+    print(f"error: {error}" + (f" ({after})" if after else ""), file=sys.stderr)
     return EXIT_ERROR
