@@ -1,7 +1,12 @@
-"""Jinja extension for the template: the tool's answer logic, available while rendering.
+"""Jinja extension for the template: the tool's answer logic, available while rendering, and the answer checks.
 
 Cookiecutter puts this folder on sys.path for `_extensions`; the tool lives two folders up, in the repository's
 `src/` (the template is always used from a checkout or a clone of the whole repository).
+
+The answers are checked while cookiecutter renders the project folder's name, which it does before it creates
+anything: a refusal leaves nothing behind (a pre_gen_project hook runs only once the folder, and its parents for a
+`project_slug` with a '/', exist). The refusal is cookiecutter's own FailedHookException, which its command line
+prints as a message, not a traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +28,22 @@ from distributed_training import answers, clusters, serverless  # noqa: E402  (n
 from distributed_training.compute.runtime import versions  # noqa: E402
 
 TOOL = "distributed-training[validate,remote]"
+PROJECT_FOLDER = "{{cookiecutter.project_slug}}"  # the template's folder: its name is rendered before anything is written
+
+
+def refuse_bad_answers(cookiecutter) -> str:
+    """Nothing, or a refusal of the answers (each with its rule and fix) before a single file or folder exists."""
+    from cookiecutter.exceptions import FailedHookException
+
+    findings = answers.check_answers(dict(cookiecutter))
+    errors = [finding for finding in findings if finding.is_error]
+    if not errors:
+        return ""  # warnings are printed by the pre_gen_project hook, once
+    for finding in findings:
+        print(finding, file=sys.stderr)
+    message = (f"Nothing was generated: {len(errors)} answer(s) refused above. Fix them and run cookiecutter again.")
+    print(f"\n{message}", file=sys.stderr)
+    raise FailedHookException(message)
 
 
 def _to_yaml(value, indent: int = 0) -> str:
@@ -45,6 +66,12 @@ def tool_requirement(template: str) -> str:
 
 
 class BundleAnswers(Extension):
+    def preprocess(self, source: str, name, filename=None) -> str:
+        """The project folder's name is rendered first: check the answers there, before it is created."""
+        if source.replace(" ", "") == PROJECT_FOLDER:
+            return "{{ refuse_bad_answers(cookiecutter) }}" + source
+        return source
+
     def __init__(self, environment):
         super().__init__(environment)
         environment.globals.update(
@@ -62,6 +89,7 @@ class BundleAnswers(Extension):
             gpus_per_node=clusters.gpus_per_node,
             connect_version=clusters.databricks_connect_version,
             tool_requirement=tool_requirement,
+            refuse_bad_answers=refuse_bad_answers,
             versions=versions(),
             shared_source=str(SHARED_SOURCE),
         )

@@ -1,4 +1,8 @@
-"""Check the answers against the platform's rules before a single file is written."""
+"""Check the answers against the platform's rules before a single file is written.
+
+The same checks already ran while cookiecutter rendered the project folder's name (local_extensions.py), before
+the folder existed, and refused any error there: here they print the warnings, and stand guard for a caller that
+renders without the extension."""
 
 import json
 import sys
