@@ -113,15 +113,25 @@ def test_a_failure_inside_training_shuts_ray_down_and_comes_back_as_one_line(tmp
 
 
 @pytest.mark.engine
-def test_the_language_model_trains_under_ray_train_on_one_node(spark, staged_run):
-    """One node: plain ray.init() on the driver, two Ray Train workers running the shared loop."""
+def test_the_language_model_trains_under_ray_train_on_one_node_and_a_retry_resumes(spark, staged_run):
+    """One node: plain ray.init() on the driver, two Ray Train workers running the shared loop. A retry of a run
+    whose last epoch never completed (its checkpoint gone) resumes from the one before and ends as the first did."""
+    import shutil
+
     config = staged_run(LANGUAGE, engine="ray", epochs=3)
     stage(spark, load_task(LANGUAGE), config, 2)
     where = RayPlacement(workers=2, use_gpu=False, worker_nodes=0)
     with ray_running(where, logs_dir=str(tmp_logs(config))):
         metrics = fit(config, {}, where)
-    assert metrics["world_size"] == 2
-    assert_it_learned(metrics, LANGUAGE)
+        assert metrics["world_size"] == 2 and metrics["resumed_from_epoch"] is None
+        assert_it_learned(metrics, LANGUAGE)
+
+        shutil.rmtree(Path(config.checkpoint_dir) / "epoch-00003")
+        retried = fit(config, {}, where)
+    assert retried["resumed_from_epoch"] == 2
+    assert [epoch["train_loss"] for epoch in retried["epochs"]] == pytest.approx(
+        [epoch["train_loss"] for epoch in metrics["epochs"]], rel=1e-5)
+    assert retried["held_out_loss"] == pytest.approx(metrics["held_out_loss"], rel=1e-5)
 
 
 def tmp_logs(config):

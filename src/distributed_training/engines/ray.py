@@ -18,10 +18,10 @@ well; the final one is registered with Ray Train where it lies.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,7 @@ LOCAL_EXECUTOR_MEMORY_MB = 2048
 # left in ~/.ray makes `ray start` turn it on for the head node alone, and the driver can then not connect.
 RAY_AUTH_MODE = "RAY_AUTH_MODE"
 PRINT_PATCH = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # read by Ray Train's driver and handed on to its workers
+RAY_RUN_RECORD = "checkpoint_manager_snapshot.json"  # Ray Train 2.x's record of a run's checkpoints
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])  # the folder that holds this package
 
 
@@ -101,7 +102,7 @@ class RayEngine(Engine):
         return TrainingRun(where.describe(), metrics)
 
 
-@contextmanager
+@contextlib.contextmanager
 def ray_running(where: RayPlacement, logs_dir: str):
     """Ray up for the block (on Spark or on the driver), and down after it, however the block ends."""
     import ray
@@ -147,6 +148,10 @@ def fit(config: Config, environment: dict[str, str], where: RayPlacement) -> dic
 
     # Ray Train would route the workers' prints through its logger as well as their output: each line twice.
     os.environ.setdefault(PRINT_PATCH, "0")
+    # The loop resumes from its own checkpoints. Ray Train's record of an earlier attempt in the same folder names
+    # checkpoints the loop may have pruned or found incomplete since, and Ray refuses to start on such a record.
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(config.checkpoint_dir, RAY_RUN_RECORD))
     trainer = TorchTrainer(
         _train_on_worker,
         train_loop_config={"config": config, "environment": environment},
