@@ -34,7 +34,7 @@ def errors(report: dict) -> set[tuple[str, str | None, str | None]]:
     ("dangling_resource_reference", ("dangling-resource-reference", "resources/orchestrate.yml",
                                      "resources.jobs.orchestrate.tasks[0].run_job_task.job_id")),
     ("duplicate_resource_key", ("duplicate-resource-key", "resources/train_copy.yml", "resources.jobs.train")),
-    ("include_matches_nothing", ("include-matches-nothing", "databricks.yml", "include[1]")),
+    ("include_matches_nothing", ("include-file-missing", "databricks.yml", "include[1]")),
     ("wheel_entry_point_missing", ("wheel-entry-point-missing", JOB_FILE, f"{TASK}.python_wheel_task.entry_point")),
     ("production_without_root_path", ("production-without-root-path", "databricks.yml", "targets.prod")),
     ("single_node_incomplete", ("single-node-incomplete", JOB_FILE, f"{CLUSTER}.num_workers")),
@@ -124,6 +124,7 @@ def nc_clusters_everywhere(tmp_path) -> Path:
                       task_key: sweep_one
                       new_cluster: {NC_MULTI_NODE}
                       python_wheel_task: {WHEEL}
+                      libraries: [{{whl: ../dist/*.whl}}]
                 - task_key: on_shared
                   existing_cluster_id: ${{resources.clusters.shared.id}}
                   python_wheel_task: {WHEEL}

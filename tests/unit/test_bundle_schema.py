@@ -34,6 +34,17 @@ WARNED_PASS_FIXTURES = {
     "run_job_task.yml": {"resource-reference-without-type"},
 }
 
+# Pass fixtures that are right for the schema but that the CLI itself refuses once past it: no bundle.name (it stops
+# defining the workspace root, bundle/config/mutator/default_workspace_root.go), and ${workspace.current_user.me}, a
+# field no struct has ("reference does not exist", libs/dyn/dynvar/resolve.go; see bundle/config_fields.py).
+REFUSED_PAST_THE_SCHEMA = {
+    "artifact_references.yml": {"bundle-name-missing"},
+    "direct_value_in_target.yml": {"bundle-name-missing"},
+    "target_variable.yml": {"bundle-name-missing"},
+    "yaml_anchors.yml": {"bundle-name-missing"},
+    "schema.yml": {"reference-does-not-exist"},
+}
+
 JOB_ID = "resources.jobs.outer.tasks[0].run_job_task.job_id"
 MAX_RUNS = "resources.jobs.foo.max_concurrent_runs"
 # fail fixture -> (rule, path) pairs that must be among its findings: the reason it is wrong, where it is wrong.
@@ -79,9 +90,10 @@ def test_every_fail_fixture_has_its_expected_reason():
 @pytest.mark.parametrize("path", fixture_files("pass"))
 def test_pass_fixture_is_accepted(path, tmp_path):
     findings = validate_file(path, tmp_path)
+    refused = REFUSED_PAST_THE_SCHEMA.get(path.name, set())
     assert [str(finding) for finding in findings if finding.rule in SCHEMA_LEVEL_RULES] == []
-    assert [str(finding) for finding in findings if finding.is_error] == []
-    assert {finding.rule for finding in findings} == WARNED_PASS_FIXTURES.get(path.name, set())
+    assert [str(finding) for finding in findings if finding.is_error and finding.rule not in refused] == []
+    assert {finding.rule for finding in findings} == WARNED_PASS_FIXTURES.get(path.name, set()) | refused
 
 
 @pytest.mark.parametrize("path", fixture_files("fail"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 from ..findings import Finding
-from .clusters import clusters_of, jobs_of, tasks_of
+from .clusters import clusters_of, jobs_of, task_clusters, task_option, tasks_of
 from .paths import Path, format_path
 
 SINGLE_NODE_PROFILE = ("spark.databricks.cluster.profile", "singleNode")
@@ -74,16 +74,38 @@ def single_node_findings(tree: Mapping) -> list[Finding]:
     return findings
 
 
-def _single_node_cluster(cluster: Mapping, path: Path) -> list[Finding]:
+def _classic_single_node_parts(cluster: Mapping) -> dict[str, bool]:
     spark_conf = _mapping(cluster.get("spark_conf"))
     custom_tags = _mapping(cluster.get("custom_tags"))
-    classic_parts = {
+    return {
         "spark_conf.spark.databricks.cluster.profile: singleNode":
             spark_conf.get(SINGLE_NODE_PROFILE[0]) == SINGLE_NODE_PROFILE[1],
-        'spark_conf.spark.master: "local[*, 4]"': str(spark_conf.get("spark.master", "")).startswith("local["),
+        'spark_conf.spark.master: "local[*, 4]"': str(spark_conf.get("spark.master", "")).startswith("local"),
         "custom_tags.ResourceClass: SingleNode": custom_tags.get(SINGLE_NODE_TAG[0]) == SINGLE_NODE_TAG[1],
     }
+
+
+def _workers(cluster: Mapping) -> int | None:
+    """The worker nodes a cluster asks for beyond its driver (autoscale: its maximum); None when not a number."""
+    value = _mapping(cluster.get("autoscale")).get("max_workers", cluster.get("num_workers", 0))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _single_node_cluster(cluster: Mapping, path: Path) -> list[Finding]:
+    classic_parts = _classic_single_node_parts(cluster)
     new_form = cluster.get("kind") == "CLASSIC_PREVIEW" and cluster.get("is_single_node") is True
+    workers = _workers(cluster)
+    if workers:
+        single = [part for part, there in classic_parts.items() if there]
+        single += ["is_single_node: true"] if cluster.get("is_single_node") is True else []
+        if single:
+            field = "autoscale.max_workers" if "autoscale" in cluster else "num_workers"
+            return [Finding(
+                "single-node-settings-on-multi-node",
+                f"{field} is {workers} but the cluster keeps the single-node settings ({', '.join(single)}): "
+                "Databricks starts it as one node (Spark master local), so the workers would idle",
+                f"for {workers} worker nodes remove {', '.join(single)} and pass --num-nodes {workers} to train; "
+                f"for one node set num_workers: 0 and keep them", path=format_path((*path, *field.split("."))))]
     if cluster.get("is_single_node") is True and any(classic_parts.values()):
         present = ", ".join(part for part, there in classic_parts.items() if there)
         return [Finding("single-node-mixed-forms",
@@ -99,6 +121,46 @@ def _single_node_cluster(cluster: Mapping, path: Path) -> list[Finding]:
                     "Spark would wait for workers that never come",
                     f"use the classic form, {CLASSIC_SINGLE_NODE}, or the new one, {NEW_SINGLE_NODE}",
                     path=format_path((*path, "num_workers")))]
+
+
+def num_nodes_findings(tree: Mapping) -> list[Finding]:
+    """`train --num-nodes N` against the cluster its task runs on: more nodes than the cluster has fails the
+    run's preflight (compute/preflight.py). Fewer is allowed, as the preflight allows it (the driver alone, say)."""
+    findings = []
+    for task_path, task, _, cluster in task_clusters(tree):
+        asked = task_option(task, "--num-nodes")
+        if asked is None or not asked.isascii() or not asked.isdigit():
+            continue  # absent, or filled in at run time ({{job.parameters...}}, ${var...})
+        nodes, workers = int(asked), _workers(cluster)
+        if workers is None:
+            continue
+        single_node = workers == 0 or cluster.get("is_single_node") is True
+        where = format_path((*task_path, "python_wheel_task", "parameters"))
+        task_name = repr(task.get("task_key"))
+        if single_node and nodes > 1:
+            findings.append(Finding(
+                "num-nodes-mismatch", f"task {task_name} passes --num-nodes {nodes} but its cluster is single node: "
+                "the run's preflight refuses it", f"pass --num-nodes 1, or give the cluster num_workers: {nodes} "
+                "(without the single-node settings)", path=where))
+        elif not single_node and nodes > workers:
+            findings.append(Finding(
+                "num-nodes-mismatch", f"task {task_name} passes --num-nodes {nodes} but its cluster has {workers} "
+                "worker(s): the run's preflight refuses it", f"pass --num-nodes {workers}, or raise num_workers "
+                f"to {nodes}", path=where))
+    return findings
+
+
+def bundle_name_findings(tree: Mapping) -> list[Finding]:
+    """`bundle.name` is required: the CLI names the deployment folder after it and stops without one
+    (bundle/config/mutator/default_workspace_root.go: "bundle name not defined"; the schema's config.Bundle
+    requires it too)."""
+    name = _mapping(tree.get("bundle")).get("name")
+    if isinstance(name, str) and name.strip():
+        return []
+    what = "is empty" if isinstance(name, str) else "is missing" if name is None else f"is {name!r}, not a name"
+    return [Finding("bundle-name-missing", f"bundle.name {what}: the CLI stops (\"unable to define default "
+                    "workspace root: bundle name not defined\")", "set bundle: {name: <your_project>} in "
+                    "databricks.yml", path="bundle.name")]
 
 
 def production_root_path_findings(root_tree: Mapping) -> list[Finding]:

@@ -46,37 +46,66 @@ def tasks_of(job: Mapping, job_path: Path) -> Iterator[tuple[Path, Mapping]]:
 
 def task_engine(task: Mapping) -> str | None:
     """The `--engine` a task's `train` wheel task is given, if any."""
-    parameters = _list(_mapping(task.get("python_wheel_task")).get("parameters"))
-    for flag, value in zip(parameters, parameters[1:]):
-        if flag == "--engine":
-            return str(value)
-    return None
+    return task_option(task, "--engine")
+
+
+def task_clusters(tree: Mapping) -> Iterator[tuple[Path, Mapping, Path, Mapping]]:
+    """(task path, task, cluster path, cluster spec) for every task that runs on a classic cluster the bundle
+    defines: its own `new_cluster`, a job cluster by `job_cluster_key`, or an all-purpose cluster named by
+    `existing_cluster_id: ${resources.clusters.KEY.id}`."""
+    all_purpose = _mapping(_mapping(tree.get("resources")).get("clusters"))
+    for job_key, job in jobs_of(tree):
+        job_path = ("resources", "jobs", job_key)
+        job_clusters: dict[str, tuple[int, Mapping]] = {}
+        for index, job_cluster in enumerate(_list(job.get("job_clusters"))):
+            if (isinstance(job_cluster, dict) and isinstance(job_cluster.get("new_cluster"), dict)
+                    and isinstance(job_cluster.get("job_cluster_key"), str)):
+                job_clusters.setdefault(job_cluster["job_cluster_key"], (index, job_cluster["new_cluster"]))
+        for task_path, task in tasks_of(job, job_path):
+            if isinstance(task.get("new_cluster"), dict):
+                yield task_path, task, (*task_path, "new_cluster"), task["new_cluster"]
+            key = task.get("job_cluster_key")
+            if isinstance(key, str) and key in job_clusters:
+                index, cluster = job_clusters[key]
+                yield task_path, task, (*job_path, "job_clusters", index, "new_cluster"), cluster
+            named = CLUSTER_REFERENCE.match(str(task.get("existing_cluster_id", "")))
+            if named and isinstance(all_purpose.get(named.group(1)), dict):
+                yield task_path, task, ("resources", "clusters", named.group(1)), all_purpose[named.group(1)]
 
 
 def clusters_of(tree: Mapping) -> Iterator[tuple[Path, Mapping, tuple[str, ...]]]:
     """(path, cluster spec, engines trained on it) for every classic cluster of a merged tree."""
-    by_cluster: dict[tuple, list[str]] = {}  # ("job", job key, cluster key) or ("cluster", key) -> engines
+    engines: dict[Path, list[str]] = {}
+    for _, task, cluster_path, _ in task_clusters(tree):
+        engine = task_engine(task)
+        if engine:
+            engines.setdefault(cluster_path, []).append(engine)
+
+    def used_by(path: Path) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(engines.get(path, ())))
+
     for job_key, job in jobs_of(tree):
         for task_path, task in tasks_of(job, ("resources", "jobs", job_key)):
-            engine = task_engine(task)
             if isinstance(task.get("new_cluster"), dict):
-                yield (*task_path, "new_cluster"), task["new_cluster"], (engine,) if engine else ()
-            if engine and isinstance(task.get("job_cluster_key"), str):
-                by_cluster.setdefault(("job", job_key, task["job_cluster_key"]), []).append(engine)
-            named = CLUSTER_REFERENCE.match(str(task.get("existing_cluster_id", "")))
-            if engine and named:
-                by_cluster.setdefault(("cluster", named.group(1)), []).append(engine)
+                yield (*task_path, "new_cluster"), task["new_cluster"], used_by((*task_path, "new_cluster"))
     for job_key, job in jobs_of(tree):
         for index, job_cluster in enumerate(_list(job.get("job_clusters"))):
             if isinstance(job_cluster, dict) and isinstance(job_cluster.get("new_cluster"), dict):
-                key = job_cluster.get("job_cluster_key")
-                engines = by_cluster.get(("job", job_key, key), []) if isinstance(key, str) else []
-                yield (("resources", "jobs", job_key, "job_clusters", index, "new_cluster"),
-                       job_cluster["new_cluster"], tuple(dict.fromkeys(engines)))
+                path = ("resources", "jobs", job_key, "job_clusters", index, "new_cluster")
+                yield path, job_cluster["new_cluster"], used_by(path)
     for key, cluster in _mapping(_mapping(tree.get("resources")).get("clusters")).items():
         if isinstance(cluster, dict):
-            engines = by_cluster.get(("cluster", str(key)), [])
-            yield ("resources", "clusters", str(key)), cluster, tuple(dict.fromkeys(engines))
+            path = ("resources", "clusters", str(key))
+            yield path, cluster, used_by(path)
+
+
+def task_option(task: Mapping, flag: str) -> str | None:
+    """The value a task's wheel task passes for `flag` (`--engine`, `--num-nodes`), if any."""
+    parameters = _list(_mapping(task.get("python_wheel_task")).get("parameters"))
+    for name, value in zip(parameters, parameters[1:]):
+        if name == flag:
+            return str(value)
+    return None
 
 
 def request_from_cluster(cluster: Mapping, engines: tuple[str, ...] = (), cloud: str | None = None) -> ClusterRequest:

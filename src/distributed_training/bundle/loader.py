@@ -7,18 +7,23 @@ folder that is not a bundle at all raises `NotABundle`.
 
 from __future__ import annotations
 
+import difflib
 import glob
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import Any
 
 from ..findings import Finding
-from .merging import apply_target, merge, merge_keyed_lists
+from .config_fields import ROOT_FIELDS, TARGET_FIELDS
+from .merging import apply_target, merge_into, merge_keyed_lists
 from .paths import format_path
 from .sourced import SourcedDict, attach_source
-from .yaml_files import load_yaml
+from .yaml_files import ValueBudget, YamlFile, gc_paused, load_yaml
 
-ROOT_FILE_NAMES = ("databricks.yml", "databricks.yaml", "bundle.yml", "bundle.yaml")
+ROOT_FILE_NAMES = ("databricks.yml", "databricks.yaml", "bundle.yml", "bundle.yaml")  # bundle/config/filename.go
+INCLUDE_EXTENSIONS = (".yml", ".yaml", ".json")
 # The name the CLI gives the only target of a bundle that declares none.
 IMPLICIT_TARGET = "default"
 
@@ -70,25 +75,66 @@ def find_root_file(bundle_dir: FilePath) -> FilePath:
 def load_bundle(bundle_dir: str | FilePath) -> Bundle:
     root = FilePath(bundle_dir).resolve()
     root_path = find_root_file(root)
-    root_data, findings = load_yaml(root_path, root_path.name)
-    files = [BundleFile(root_path.name, root_data)]
-    for name, include_findings in _included_names(root, root_path.name, root_data):
+    budget = ValueBudget()
+    root_file = load_yaml(root_path, root_path.name, budget)
+    findings = _several_root_files(root) + root_file.findings
+    findings += _unknown_keys(root_path.name, root_file)
+    files = [BundleFile(root_path.name, root_file.data)]
+    for name, include_findings in _included_names(root, root_path.name, root_file.data):
         findings += include_findings
         if name is None:
             continue
-        data, file_findings = load_yaml(root / name, name)
-        findings += file_findings
-        files.append(BundleFile(name, data))
-        if isinstance(data, dict) and "include" in data:
+        included = load_yaml(root / name, name, budget)
+        findings += included.findings + _unknown_keys(name, included)
+        files.append(BundleFile(name, included.data))
+        if isinstance(included.data, dict) and "include" in included.data:
             findings.append(Finding("include-outside-root", f"{name} has an include section; the CLI only reads "
                                     "include from the root file", "move these globs to databricks.yml",
                                     file=name, path="include", severity="warning"))
-    tree, merge_findings = _merge_files(files)
+    with gc_paused():
+        tree, merge_findings = _merge_files(files)
     return Bundle(root, files, tree, findings + merge_findings)
 
 
+def _several_root_files(root: FilePath) -> list[Finding]:
+    """The CLI refuses a folder with more than one root file name (bundle/config/filename.go, FindInPath)."""
+    present = [name for name in ROOT_FILE_NAMES if (root / name).exists()]
+    if len(present) < 2:
+        return []
+    return [Finding("several-root-files", f"the bundle folder holds {', '.join(present)}: the CLI refuses more than "
+                    "one bundle root file", f"keep {present[0]} and merge the others into it", file=present[1])]
+
+
+def _unknown_keys(name: str, loaded: YamlFile) -> list[Finding]:
+    """The CLI's warning for a key its Root (or Target) struct lacks, sparing blocks kept only for their anchors
+    (libs/dyn/convert/normalize.go)."""
+    data = loaded.data
+    if not isinstance(data, dict):
+        return []
+    places = [((), data, ROOT_FIELDS, "top-level key")]
+    targets = data.get("targets")
+    if isinstance(targets, dict):
+        places += [(("targets", str(target)), section, TARGET_FIELDS, f"key of target {target!r}")
+                   for target, section in targets.items() if isinstance(section, dict)]
+    return [Finding("unknown-key", f"unknown {what} {key!r}: the CLI ignores it (warning \"unknown field: {key}\")",
+                    _unknown_key_fix(str(key), known), file=name, path=format_path((*path, str(key))),
+                    severity="warning")
+            for path, section, known, what in places for key in section
+            if key not in known and (*path, str(key)) not in loaded.anchor_paths]
+
+
+def _unknown_key_fix(key: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{hint}remove it or fix its name; the known keys are {', '.join(k for k in known if k[0] != '_')}"
+
+
 def _included_names(root: FilePath, root_name: str, root_data: Any):
-    """(relative file name or None, findings) for every include glob, in order; each file once."""
+    """(relative file name or None, findings) for every include entry, in order; each file once. The CLI's rules
+    (bundle/config/loader/process_root_includes.go): an entry is a path relative to the bundle root, globbed; an
+    entry without glob characters must match; every match must be a .yml, .yaml or .json file and is read (a
+    folder, a FIFO or a broken link among them is an error when it is read, see `yaml_files`); matches of one
+    entry are sorted; a file already loaded (the root file names included) is skipped."""
     includes = root_data.get("include") if isinstance(root_data, dict) else None
     if includes is None:
         return
@@ -96,23 +142,51 @@ def _included_names(root: FilePath, root_name: str, root_data: Any):
         yield None, [Finding("include-not-a-list", "include must be a list of glob patterns",
                              'write include: ["resources/*.yml"]', file=root_name, path="include")]
         return
-    seen = {root_name}
+    seen = set(ROOT_FILE_NAMES)
     for index, pattern in enumerate(includes):
         path = format_path(("include", index))
         if not isinstance(pattern, str):
             yield None, [Finding("include-not-a-glob", f"include entry {pattern!r} is not a glob pattern",
                                  "write each include as a string such as resources/*.yml", file=root_name, path=path)]
             continue
-        matches = sorted(glob.glob(pattern, root_dir=root))
-        matches = [name.replace("\\", "/") for name in matches if (root / name).is_file()]
+        if os.path.isabs(pattern) or pattern.startswith(("/", "\\")):
+            yield None, [Finding("include-absolute", f"include {pattern!r} is an absolute path: the CLI refuses it "
+                                 "(includes must be relative paths)", "write the path relative to the folder of "
+                                 f"{root_name}, e.g. resources/*.yml", file=root_name, path=path)]
+            continue
+        matches = _glob(root, pattern)
         if not matches:
-            yield None, [Finding("include-matches-nothing", f"include {pattern!r} matches no file under {root}",
-                                 "fix the glob (it is relative to the folder of databricks.yml) or remove it",
-                                 file=root_name, path=path)]
+            if any(character in pattern for character in "*?["):
+                yield None, [Finding("include-matches-nothing", f"include {pattern!r} matches no file under {root}",
+                                     "fix the glob (it is relative to the folder of databricks.yml) or remove it",
+                                     file=root_name, path=path, severity="warning")]
+            else:
+                yield None, [Finding("include-file-missing", f"include {pattern!r} names no file under {root} (the "
+                                     "CLI: \"does not match any files\")", "create the file, fix the path (relative "
+                                     f"to the folder of {root_name}) or remove the entry", file=root_name, path=path)]
         for name in matches:
-            if name not in seen:
-                seen.add(name)
-                yield name, []
+            if name in seen:
+                continue
+            seen.add(name)
+            if not name.endswith(INCLUDE_EXTENSIONS):
+                yield None, [Finding("include-not-yaml", f"include {pattern!r} matches {name}, which is not a YAML or "
+                                     "JSON file: the CLI refuses it", "narrow the glob to *.yml files; to deploy "
+                                     "other files with the bundle, list them under sync.include instead",
+                                     file=root_name, path=path)]
+                continue
+            yield name, []
+
+
+def _glob(root: FilePath, pattern: str) -> list[str]:
+    """Relative names that `pattern` matches under `root`, as Go's filepath.Glob would: hidden files match `*`,
+    `[^...]` negates a class; folders, FIFOs and broken links are matches too."""
+    pattern = pattern.replace("[^", "[!")
+    hidden = {"include_hidden": True} if sys.version_info >= (3, 11) else {}
+    try:
+        matches = glob.glob(pattern, root_dir=root, **hidden)
+    except (OSError, ValueError):
+        return []
+    return sorted(name.replace("\\", "/") for name in matches)
 
 
 def _merge_files(files: list[BundleFile]) -> tuple[SourcedDict, list[Finding]]:
@@ -135,7 +209,7 @@ def _merge_files(files: list[BundleFile]) -> tuple[SourcedDict, list[Finding]]:
                         del of_type[key]
                     else:
                         defined_by[key] = (resource_type, bundle_file.name)
-        tree = merge(tree, data)
+        merge_into(tree, data)
     return tree, findings
 
 

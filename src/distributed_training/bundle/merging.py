@@ -43,6 +43,22 @@ def merge(base: Any, override: Any) -> Any:
     return override
 
 
+def merge_into(base: SourcedDict, override: dict) -> None:
+    """`override` merged into `base` in place, by the same rules: the loader merges each included file into a tree
+    it owns, so a bundle of many files costs one pass over each (copying the tree per file would be quadratic)."""
+    for key, value in override.items():
+        current = base.get(key)
+        if isinstance(current, SourcedDict) and isinstance(value, dict):
+            merge_into(current, value)
+        elif isinstance(current, SourcedList) and isinstance(value, list):
+            current.sources.extend(_list_sources(value))
+            current.extend(value)
+        elif isinstance(current, (dict, list)) and _same_container(current, value):
+            base.put(key, merge(current, value), source_of(base, key))
+        elif value is not None or key not in base:
+            base.put(key, value, source_of(override, key))
+
+
 def _same_container(base: Any, override: Any) -> bool:
     return any(isinstance(base, kind) and isinstance(override, kind) for kind in (dict, list))
 

@@ -10,12 +10,14 @@ variable, a resource id, the deploying user: the CLI fills them in at deploy tim
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..findings import Finding
+from .config_fields import unknown_field
 from .paths import Path, format_path, get_at, walk_strings
 from .variables import Variable
 
@@ -83,7 +85,7 @@ class Resolver:
         if root == "bundle" and path[1:] == ("target",):
             return Resolution(RESOLVED, self.target)
         if root in ("bundle", "workspace"):
-            return self._from_tree(path)
+            return self._config_field(path)
         return Resolution(BROKEN, rule="unknown-reference-root",
                           message=f"its root {root!r} is not one the CLI knows",
                           fix=f"references start with one of {', '.join(KNOWN_ROOTS)}, e.g. ${{var.name}}")
@@ -128,6 +130,21 @@ class Resolver:
                               message=f"points at no artifact (defined: {', '.join(sorted(artifacts)) or 'none'})",
                               fix="use a key defined under artifacts")
         return self._from_tree(path)
+
+    def _config_field(self, path: Path) -> Resolution:
+        """`${bundle.…}`/`${workspace.…}`: a field of the CLI's structs (see `config_fields`), else broken."""
+        unknown = unknown_field(path)
+        if unknown is None:
+            return self._from_tree(path)
+        index, known = unknown
+        where, name = format_path(path[:index]), path[index]
+        fix = f"use one of the fields of {where}: {', '.join(known)}" if known else f"use {where} itself (it has no fields)"
+        close = difflib.get_close_matches(str(name), known, n=1)
+        if close:
+            fix = f"did you mean ${{{format_path((*path[:index], close[0]))}}}? Else {fix}"
+        return Resolution(BROKEN, rule="reference-does-not-exist",
+                          message=f"{where} has no field {name!r} in the CLI's configuration, so the CLI stops with "
+                                  "\"reference does not exist\"", fix=fix)
 
     def _from_tree(self, path: Path) -> Resolution:
         value = get_at(self.tree, path, _MISSING)

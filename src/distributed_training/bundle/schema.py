@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import stat
 from pathlib import Path as FilePath
 from typing import Any
 
@@ -36,20 +37,63 @@ def load_validator(schema_path: str | FilePath):
     except ModuleNotFoundError as error:
         raise SchemaUnavailable(f"checking against a schema needs the {error.name!r} package: "
                                 "pip install jsonschema regex") from error
+    schema = _read_schema(FilePath(schema_path))
+    validator_class = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _re2_pattern(jsonschema, regex)})
+    # Against the meta-schema, without its format checks: `format: regex` would compile the RE2 patterns with `re`.
+    meta = jsonschema.Draft202012Validator(jsonschema.Draft202012Validator.META_SCHEMA)
     try:
-        schema = json.loads(FilePath(schema_path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise SchemaUnavailable(f"cannot read the bundle schema {schema_path}: {error}. Produce one with "
-                                "`databricks bundle schema > schema.json`") from error
-    if not isinstance(schema, dict):
-        raise SchemaUnavailable(f"{schema_path} is not a JSON schema (it holds a {type(schema).__name__})")
+        error = jsonschema.exceptions.best_match(meta.iter_errors(schema))
+    except RecursionError:
+        error = "nested too deeply"
+    if error is not None:
+        raise SchemaUnavailable(f"{schema_path} is not a valid JSON schema ({_first_line(error)}); {PRODUCE_HINT}")
+    return validator_class(schema)
 
+
+PRODUCE_HINT = "produce the bundle schema with `databricks bundle schema > schema.json`"
+MAX_SCHEMA_BYTES = 64 * 1024 * 1024  # the CLI's schema is about 1 MB
+
+
+def _read_schema(path: FilePath) -> dict:
+    """The parsed schema file; a `SchemaUnavailable` (a usage error) for anything that is not the bundle schema.
+    Only a regular file is opened (a FIFO would block), of bounded size."""
+    try:
+        info = path.stat()
+    except OSError as error:
+        raise SchemaUnavailable(f"cannot read the bundle schema {path}: {error.strerror or error}; "
+                                f"{PRODUCE_HINT}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise SchemaUnavailable(f"cannot read the bundle schema {path}: it is not a regular file; "
+                                f"pass a JSON file: {PRODUCE_HINT}")
+    if info.st_size > MAX_SCHEMA_BYTES:
+        raise SchemaUnavailable(f"the bundle schema {path} is {info.st_size:,} bytes, over {MAX_SCHEMA_BYTES:,}: "
+                                f"not the CLI's schema; {PRODUCE_HINT}")
+    try:
+        schema = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise SchemaUnavailable(f"cannot read the bundle schema {path}: {_first_line(error)}; {PRODUCE_HINT}") \
+            from None
+    if not isinstance(schema, dict):
+        raise SchemaUnavailable(f"{path} is not a JSON schema (it holds a {type(schema).__name__}); {PRODUCE_HINT}")
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or not {"bundle", "resources"} <= set(properties):
+        raise SchemaUnavailable(f"{path} is not the bundle's JSON schema (it describes no bundle and resources "
+                                f"properties); {PRODUCE_HINT}")
+    return schema
+
+
+def _first_line(error: BaseException | str) -> str:
+    text = "nested too deeply" if isinstance(error, RecursionError) else str(error) or type(error).__name__
+    return text.splitlines()[0][:200]
+
+
+def _re2_pattern(jsonschema, regex):
+    """`pattern` checked with the `regex` package, which reads the schema's RE2 `\\p{L}` classes."""
     def re2_pattern(validator, pattern, instance, _schema):
         if validator.is_type(instance, "string") and not regex.search(pattern, instance):
             yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
-    validator_class = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": re2_pattern})
-    return validator_class(schema)
+    return re2_pattern
 
 
 def schema_findings(validator, instance: Any, file: str | None = None) -> list[Finding]:

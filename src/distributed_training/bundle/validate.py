@@ -34,7 +34,7 @@ from .serverless_tasks import serverless_gpu_findings
 from .sourced import file_at
 from .typed import typed_findings
 from .variables import missing_value_findings, target_variables, undeclared_target_variable_findings
-from .wheel_tasks import wheel_task_findings
+from .wheel_tasks import wheel_library_findings, wheel_task_findings
 
 
 class UnknownTarget(ValueError):
@@ -59,10 +59,11 @@ def validate_bundle(bundle_dir: str | FilePath, targets: Iterable[str] | None = 
     except CatalogError as error:
         shared.append(Finding("catalog", str(error), "fix the node-type catalog (each family needs every field)"))
         catalog = default_catalog()
+    shared_keys = {(finding.rule, finding.message, finding.path) for finding in shared}
     report = {}
     for name in names:
         own = [finding for finding in _target_findings(bundle, name, validator, catalog)
-               if not _reported_already(finding, shared, name)]
+               if not _reported_already(finding, shared_keys, name)]
         report[name] = shared + _unique(own)
     return report
 
@@ -97,6 +98,9 @@ def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog) -> 
     variables = target_variables(tree)
     resolver = Resolver(tree, name, variables)
     findings = schema_findings(validator, tree) if validator is not None else []
+    if not _unreadable(bundle.root_file.name, bundle):
+        findings += [replace(finding, file=file_at(tree, ("bundle", "name")) or bundle.root_file.name)
+                     for finding in checks.bundle_name_findings(tree)]
     findings += checks.resource_shape_findings(tree)
     findings += typed_findings(tree)
     findings += reference_findings(tree, resolver)
@@ -104,10 +108,17 @@ def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog) -> 
     resolved = substitute(tree, resolver)
     findings += checks.job_cluster_key_findings(resolved)
     findings += checks.single_node_findings(resolved)
+    findings += checks.num_nodes_findings(resolved)
     findings += serverless_gpu_findings(resolved, tree, bundle.root, bundle.root_file.name)
+    findings += wheel_library_findings(resolved)
     findings += wheel_task_findings(resolved, bundle.root)
     findings += guard_findings(resolved, catalog)
     return _with_files(findings, tree)
+
+
+def _unreadable(name: str, bundle: Bundle) -> bool:
+    """Whether loading reported an error for the file `name` (its content is then unknown, not empty)."""
+    return any(finding.file == name and finding.is_error for finding in bundle.findings)
 
 
 def project_catalog(bundle_root: FilePath) -> Catalog:
@@ -134,12 +145,11 @@ def _tree_path(path: str):
         return (path.split(".")[0],)
 
 
-def _reported_already(finding: Finding, shared: list[Finding], target: str) -> bool:
-    """Whether a bundle-wide finding already says this (a target's tree repeats the root's and the target's own
-    section's errors, at `path` or `targets.<target>.path`)."""
-    same_place = {finding.path} if finding.path is None else {finding.path, f"targets.{target}.{finding.path}"}
-    return any(other.rule == finding.rule and other.message == finding.message and other.path in same_place
-               for other in shared)
+def _reported_already(finding: Finding, shared_keys: set[tuple], target: str) -> bool:
+    """Whether a bundle-wide finding (its rule, message and path in `shared_keys`) already says this (a target's
+    tree repeats the root's and the target's own section's errors, at `path` or `targets.<target>.path`)."""
+    same_place = [finding.path] if finding.path is None else [finding.path, f"targets.{target}.{finding.path}"]
+    return any((finding.rule, finding.message, path) in shared_keys for path in same_place)
 
 
 def _unique(findings: list[Finding]) -> list[Finding]:
@@ -150,14 +160,16 @@ def format_report(report: dict[str, list[Finding]]) -> str:
     """Findings shared by every target once, then each target's own, then a summary line."""
     names = list(report)
     first, *others = [report[name] for name in names] or [[]]
-    common = [finding for finding in first if all(finding in other for other in others)]
+    in_others = [set(other) for other in others]
+    common = [finding for finding in first if all(finding in other for other in in_others)]
+    common_set = set(common)
     lines = []
     if common:
         if len(names) > 1:
             lines.append(f"== every target ({', '.join(names)}) ==")
         lines += [str(finding) for finding in common]
     for name in names:
-        own = [finding for finding in report[name] if finding not in common]
+        own = [finding for finding in report[name] if finding not in common_set]
         if own:
             lines.append(f"== target {name} ==")
             lines += [str(finding) for finding in own]

@@ -2,7 +2,13 @@
 
 A `python_wheel_task` names a package and an entry point; on the cluster the task looks the entry point up in
 the installed wheel's metadata. A typo in either only shows when the job runs, after deploy and cluster start.
-Bundles without a pyproject.toml (the wheel is built elsewhere) are not checked.
+Bundles without a pyproject.toml (the wheel is built elsewhere) are not checked against it.
+
+Whatever builds it, the wheel must reach the task: a `python_wheel_task` with no library at all (no `libraries` on
+the task; on serverless, no `dependencies` in the spec of its environment) fails at run time, the package not
+found. The CLI does not check this (bundle/config/validate/job_task_cluster_spec.go only checks that the task has
+compute; bundle/libraries only uploads the libraries that are there), so `wheel_library_findings` does. A task on an
+existing cluster is spared: that cluster may have the package installed.
 """
 
 from __future__ import annotations
@@ -51,6 +57,39 @@ def _entry_points(pyproject: Mapping) -> set[str]:
         declared |= set(group)
     declared |= set(pyproject.get("tool", {}).get("poetry", {}).get("scripts", {}))
     return declared
+
+
+def wheel_library_findings(tree: Mapping) -> list[Finding]:
+    findings = []
+    for job_key, job in jobs_of(tree):
+        environments = {environment.get("environment_key"): environment for environment in
+                        (job.get("environments") if isinstance(job.get("environments"), list) else [])
+                        if isinstance(environment, dict) and isinstance(environment.get("environment_key"), str)}
+        for path, task in tasks_of(job, ("resources", "jobs", job_key)):
+            wheel_task = task.get("python_wheel_task")
+            if not isinstance(wheel_task, dict) or _present(task.get("libraries")) or "existing_cluster_id" in task:
+                continue
+            environment_key = task.get("environment_key")
+            if isinstance(environment_key, str):
+                spec = environments.get(environment_key, {}).get("spec")
+                if _present(spec.get("dependencies") if isinstance(spec, dict) else spec):
+                    continue
+                fix = (f"add the wheel to the job's environment {environment_key!r}: spec: {{dependencies: "
+                       "[../dist/*.whl]}, built by an artifacts entry (e.g. build: uv build --wheel)")
+            else:
+                fix = ("add libraries: [{whl: ../dist/*.whl}] to the task, built by an artifacts entry "
+                       "(e.g. build: uv build --wheel)")
+            package = wheel_task.get("package_name")
+            findings.append(Finding(
+                "wheel-task-without-library",
+                f"task {task.get('task_key')!r} runs python_wheel_task {package!r} but installs no library: the run "
+                "fails, the package not found on the compute", fix, path=format_path((*path, "python_wheel_task"))))
+    return findings
+
+
+def _present(value: Any) -> bool:
+    """A non-empty list, or a `${...}` reference that may fill one."""
+    return (isinstance(value, list) and len(value) > 0) or (isinstance(value, str) and "${" in value)
 
 
 def wheel_task_findings(tree: Mapping, bundle_root: FilePath) -> list[Finding]:

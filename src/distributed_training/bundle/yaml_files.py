@@ -3,11 +3,27 @@
 The CLI reads YAML 1.2: only `true`/`false` are booleans (`yes`, `on` stay strings) and dates stay strings.
 PyYAML's safe loader speaks YAML 1.1, so this loader narrows its implicit types to match. A key repeated in one
 mapping is an error for the CLI (the YAML library refuses it); PyYAML would silently keep the last one.
+
+Hostile input is refused before it is built into a tree, by limits the CLI lacks (its loader,
+libs/dyn/yamlloader/loader.go, expands every alias and only refuses an alias inside its own anchor):
+- only a regular file is opened (a FIFO would block the read forever; a folder or a broken link cannot be read);
+- `MAX_FILE_BYTES` per file;
+- `MAX_DEPTH` levels of nesting (the composer recurses once per level: deeper input ends in RecursionError);
+- `MAX_VALUES` values once aliases are expanded, counted over the whole bundle (`ValueBudget`): an alias bomb
+  (billion laughs) is a few hundred bytes that expand to billions of values;
+- an alias inside its own anchor (a recursive structure) is an error, as in the CLI.
+These are measured on the parser's event stream (libyaml's when PyYAML has it, iterative either way) before any
+node is composed, so refusing costs one pass over the text and no memory.
 """
 
 from __future__ import annotations
 
+import gc
+import os
 import re
+import stat
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import Any, Iterator
 
@@ -20,8 +36,18 @@ MERGE_TAG = "tag:yaml.org,2002:merge"
 BOOL_TAG = "tag:yaml.org,2002:bool"
 TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 
+MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_DEPTH = 128  # a bundle nests about 12 levels (resources.jobs.<key>.tasks[0].new_cluster.spark_conf...)
+MAX_VALUES = 5_000_000  # a 50,000-job bundle is about 750,000 values
+# Anchor containers are recorded down to this many keys (the CLI's unknown-field rule spares them).
+ANCHOR_PATH_DEPTH = 3
 
-class BundleYamlLoader(yaml.SafeLoader):
+TOO_DEEP_FIX = "a bundle nests about a dozen levels: flatten the structure (or fix what generated the file)"
+
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML was built with it
+
+
+class BundleYamlLoader(_SafeLoader):
     """Safe loader with YAML 1.2 booleans and no timestamps."""
 
 
@@ -32,25 +58,64 @@ BundleYamlLoader.yaml_implicit_resolvers = {
 BundleYamlLoader.add_implicit_resolver(BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
-def load_yaml(file: FilePath, relative_name: str) -> tuple[Any, list[Finding]]:
-    """The file's data (None when it cannot be read) and the findings met while reading it."""
+@dataclass
+class ValueBudget:
+    """Values (after alias expansion) the files of one bundle may still hold together."""
+
+    left: int = MAX_VALUES
+    limit: int = MAX_VALUES
+
+
+@dataclass
+class YamlFile:
+    data: Any  # None when the file could not be read or parsed
+    findings: list[Finding] = field(default_factory=list)
+    # Paths (up to ANCHOR_PATH_DEPTH keys) whose value is an anchor, or a collection made only of anchors.
+    anchor_paths: set[Path] = field(default_factory=set)
+
+
+class _LimitExceeded(Exception):
+    def __init__(self, finding: Finding):
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Building a large tree allocates millions of objects and no cycles: the cyclic collector would rescan the
+    growing heap again and again (several times the cost of the parse itself)."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        return None, [Finding("unreadable-file", f"cannot read {relative_name}: {error}",
-                              "make the file readable UTF-8 text", file=relative_name)]
-    try:
-        loader = BundleYamlLoader(text)
-    except yaml.YAMLError as error:  # the reader refuses control characters before any parsing
-        return None, [_syntax_finding(error, relative_name)]
-    try:
-        node = loader.get_single_node()
-        duplicates = list(_duplicate_keys(node, (), set()))
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as error:
-        return None, [_syntax_finding(error, relative_name)]
+        yield
     finally:
-        loader.dispose()
+        if enabled:
+            gc.enable()
+
+
+def load_yaml(file: FilePath, relative_name: str, budget: ValueBudget | None = None) -> YamlFile:
+    """The file's data and the findings met while reading it."""
+    budget = budget if budget is not None else ValueBudget()
+    text = _read_text(file, relative_name)
+    if isinstance(text, Finding):
+        return YamlFile(None, [text])
+    try:
+        with gc_paused():
+            anchor_paths = _measure(text, relative_name, budget)
+            loader = BundleYamlLoader(text)
+            try:
+                node = loader.get_single_node()
+                duplicates = list(_duplicate_keys(node, (), set()))
+                data = loader.construct_document(node) if node is not None else None
+            finally:
+                loader.dispose()
+    except _LimitExceeded as limit:
+        return YamlFile(None, [limit.finding])
+    except yaml.YAMLError as error:
+        if "maximum nesting depth" in str(error):  # libyaml's own limit, met while scanning ahead
+            return YamlFile(None, [_limit_finding("yaml-too-deep", relative_name, error.problem_mark,
+                                                  f"nests deeper than {MAX_DEPTH} levels", TOO_DEEP_FIX)])
+        return YamlFile(None, [_syntax_finding(error, relative_name)])
     findings = [_duplicate_finding(path, key, line, first_line, relative_name)
                 for path, key, line, first_line in duplicates]
     if data is not None and not isinstance(data, dict):
@@ -58,7 +123,159 @@ def load_yaml(file: FilePath, relative_name: str) -> tuple[Any, list[Finding]]:
                                 "a bundle file is a YAML mapping of top-level keys (bundle, resources, targets...)",
                                 file=relative_name))
         data = None
-    return data, findings
+    return YamlFile(data, findings, anchor_paths)
+
+
+def _read_text(file: FilePath, relative_name: str) -> str | Finding:
+    """The file's text, or why it cannot be read. Only a regular file is opened: opening a FIFO blocks until
+    something writes to it, and a folder or a broken link has no text."""
+    def unreadable(why: str, fix: str) -> Finding:
+        return Finding("unreadable-file", f"cannot read {relative_name}: {why}", fix, file=relative_name)
+
+    try:
+        info = os.stat(file)
+    except FileNotFoundError:
+        if os.path.islink(file):
+            return unreadable(f"it is a broken symbolic link (to {os.readlink(file)})",
+                              "point the link at a YAML file, or remove it")
+        return unreadable("it does not exist", "create it, or fix the name that points at it")
+    except OSError as error:
+        return unreadable(str(error), "make the file readable")
+    if not stat.S_ISREG(info.st_mode):
+        kind, noun = _file_kind(info.st_mode)
+        return unreadable(f"it is {kind}, not a regular file",
+                          f"include only YAML or JSON files: narrow the include glob, or move the {noun} away")
+    if info.st_size > MAX_FILE_BYTES:
+        return _too_large(relative_name, info.st_size)
+    try:
+        descriptor = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(descriptor, "rb") as opened:
+            if not stat.S_ISREG(os.fstat(opened.fileno()).st_mode):  # replaced since the stat above
+                return unreadable("it is no longer a regular file", "include only YAML or JSON files")
+            content = opened.read(MAX_FILE_BYTES + 1)
+    except OSError as error:
+        return unreadable(str(error), "make the file readable")
+    if len(content) > MAX_FILE_BYTES:
+        return _too_large(relative_name, len(content))
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return unreadable(f"it is not UTF-8 text ({error})", "make the file readable UTF-8 text")
+
+
+def _file_kind(mode: int) -> tuple[str, str]:
+    """(what it is, what to call it) for a file that is not a regular one."""
+    for test, kind, noun in ((stat.S_ISDIR, "a folder", "folder"), (stat.S_ISFIFO, "a named pipe (FIFO)", "pipe"),
+                             (stat.S_ISSOCK, "a socket", "socket"), (stat.S_ISCHR, "a character device", "device"),
+                             (stat.S_ISBLK, "a block device", "device")):
+        if test(mode):
+            return kind, noun
+    return "a special file", "file"
+
+
+def _too_large(relative_name: str, size: int) -> Finding:
+    return Finding("yaml-too-large", f"{relative_name} is {size:,} bytes, over the limit of {MAX_FILE_BYTES:,} "
+                   "bytes for one bundle file", "split it into several files named by include "
+                   "(resources/*.yml), or check that the include glob names the files you meant", file=relative_name)
+
+
+class _Frame:
+    """An open collection while measuring: its path, and what is known of its children so far."""
+
+    __slots__ = ("is_mapping", "path", "anchor", "start", "expect_key", "key", "children", "anchors_only")
+
+    def __init__(self, is_mapping: bool, path: Path | None, anchor: str | None, start: int):
+        self.is_mapping, self.path, self.anchor, self.start = is_mapping, path, anchor, start
+        self.expect_key, self.key, self.children, self.anchors_only = True, None, 0, True
+
+
+def _measure(text: str, relative_name: str, budget: ValueBudget) -> set[Path]:
+    """Check the limits on the event stream and take this file's values from `budget`; the paths of anchor
+    containers (see `YamlFile.anchor_paths`). Raises `_LimitExceeded`, or `yaml.YAMLError` for a syntax error."""
+    parser = _SafeLoader(text)
+    stack: list[_Frame] = []
+    anchor_sizes: dict[str, int] = {}  # anchor -> values it stands for, aliases inside it expanded
+    anchor_paths: set[Path] = set()
+    values = aliases = 0
+    try:
+        while parser.check_event():
+            event = parser.get_event()
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                if len(stack) >= MAX_DEPTH:
+                    raise _LimitExceeded(_limit_finding(
+                        "yaml-too-deep", relative_name, event,
+                        f"nests deeper than {MAX_DEPTH} levels", TOO_DEEP_FIX))
+                values += 1
+                stack.append(_Frame(isinstance(event, yaml.MappingStartEvent), _child_path(stack), event.anchor,
+                                    values - 1))
+                continue
+            if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                frame = stack.pop()
+                if frame.anchor is not None:
+                    anchor_sizes[frame.anchor] = values - frame.start
+                _completed(stack, frame.path, frame.anchor is not None or (frame.children > 0 and frame.anchors_only),
+                           None, anchor_paths)
+                continue
+            if isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if any(frame.anchor == event.anchor for frame in stack):
+                    raise _LimitExceeded(_limit_finding(
+                        "yaml-recursive-alias", relative_name, event, f"uses alias *{event.anchor} inside the anchor "
+                        f"&{event.anchor} it names (a structure that contains itself)",
+                        f"move *{event.anchor} out of the value anchored as &{event.anchor}"))
+                values += anchor_sizes.get(event.anchor, 1)  # an undefined alias: the composer reports it
+                _completed(stack, _child_path(stack), True, None, anchor_paths)
+            elif isinstance(event, yaml.ScalarEvent):
+                values += 1
+                if event.anchor is not None:
+                    anchor_sizes[event.anchor] = 1
+                _completed(stack, _child_path(stack), event.anchor is not None, event.value, anchor_paths)
+            else:
+                continue
+            if values > budget.left:
+                why = f" (its {aliases:,} aliases expanded)" if aliases else ""
+                raise _LimitExceeded(_limit_finding(
+                    "yaml-too-many-values", relative_name, event,
+                    f"holds more values{why} than the limit of {budget.limit:,} for a bundle's files together",
+                    "use aliases for small shared parts only (an alias of an alias multiplies), or split the "
+                    "bundle: no real bundle comes near this"))
+    finally:
+        parser.dispose()
+    budget.left -= values
+    return anchor_paths
+
+
+def _child_path(stack: list[_Frame]) -> Path | None:
+    """The path of the value about to start (None below ANCHOR_PATH_DEPTH keys, in sequences, or for a key)."""
+    if not stack:
+        return ()
+    parent = stack[-1]
+    if not parent.is_mapping or parent.expect_key or parent.path is None or len(parent.path) >= ANCHOR_PATH_DEPTH:
+        return None
+    return (*parent.path, parent.key) if isinstance(parent.key, str) else None
+
+
+def _completed(stack: list[_Frame], path: Path | None, is_anchor_container: bool, scalar: str | None,
+               anchor_paths: set[Path]) -> None:
+    """Record a finished node in its parent: a mapping's key, or a value that may be an anchor container."""
+    if not stack:
+        return
+    parent = stack[-1]
+    if parent.is_mapping and parent.expect_key:
+        parent.key, parent.expect_key = scalar, False
+        return
+    parent.children += 1
+    parent.anchors_only = parent.anchors_only and is_anchor_container
+    if is_anchor_container and path is not None:
+        anchor_paths.add(path)
+    if parent.is_mapping:
+        parent.expect_key = True
+
+
+def _limit_finding(rule: str, relative_name: str, event: yaml.Event | Any, what: str, fix: str) -> Finding:
+    mark = event.start_mark if isinstance(event, yaml.Event) else event
+    where = f" (at line {mark.line + 1})" if mark is not None else ""
+    return Finding(rule, f"{relative_name} {what}{where}: not read further", fix, file=relative_name)
 
 
 def _syntax_finding(error: yaml.YAMLError, relative_name: str) -> Finding:
