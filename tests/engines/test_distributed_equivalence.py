@@ -55,6 +55,22 @@ def staged_task(request, spark, tmp_path_factory):
     return config, data, per_rank
 
 
+@pytest.fixture(scope="module")
+def ddp_ranks(staged_task, tmp_path_factory):
+    """The two DDP ranks' weights after STEPS, per accumulation: taken once, compared with one process and with
+    ZeRO 2 (each comparison spawns real processes: half a minute apiece on two cores)."""
+    config, _, per_rank = staged_task
+    taken = {}
+
+    def weights(accumulation: int) -> list[dict]:
+        if accumulation not in taken:
+            taken[accumulation] = two_ranks(dataclasses.replace(config, grad_accumulation=accumulation), per_rank,
+                                            tmp_path_factory.mktemp("ddp"))
+        return taken[accumulation]
+
+    return weights
+
+
 def test_the_ranks_shards_are_disjoint_and_cover_the_staged_rows(staged_task):
     """As multisets: the shards' rows together are exactly the split's rows, so none is read twice or left out."""
     _, data, _ = staged_task
@@ -67,10 +83,10 @@ def test_the_ranks_shards_are_disjoint_and_cover_the_staged_rows(staged_task):
 
 
 @pytest.mark.parametrize("accumulation", [1, 3])
-def test_two_ranks_take_the_steps_one_process_takes_on_their_union(staged_task, tmp_path, accumulation):
+def test_two_ranks_take_the_steps_one_process_takes_on_their_union(staged_task, ddp_ranks, accumulation):
     config, _, per_rank = staged_task
     config = dataclasses.replace(config, grad_accumulation=accumulation)
-    ranks = two_ranks(config, per_rank, tmp_path)
+    ranks = ddp_ranks(accumulation)
     assert largest_difference(ranks[0], ranks[1]) == 0.0  # the ranks hold identical weights
     alone = one_process_train(config, WORLD, STEPS, per_rank)
     assert largest_difference(ranks[0], alone) < TOLERANCE
@@ -79,13 +95,10 @@ def test_two_ranks_take_the_steps_one_process_takes_on_their_union(staged_task, 
 
 
 @pytest.mark.parametrize("accumulation", [1, 3])
-def test_deepspeed_zero_2_takes_the_steps_ddp_takes(staged_task, tmp_path, accumulation):
+def test_deepspeed_zero_2_takes_the_steps_ddp_takes(staged_task, ddp_ranks, tmp_path, accumulation):
     config, _, per_rank = staged_task
-    ddp = dataclasses.replace(config, grad_accumulation=accumulation)
-    zero = dataclasses.replace(ddp, engine="deepspeed", zero_stage=2)
-    (tmp_path / "ddp").mkdir()
-    (tmp_path / "zero").mkdir()
-    by_ddp = two_ranks(ddp, per_rank, tmp_path / "ddp")
-    by_zero = two_ranks(zero, per_rank, tmp_path / "zero")
+    zero = dataclasses.replace(config, grad_accumulation=accumulation, engine="deepspeed", zero_stage=2)
+    by_ddp = ddp_ranks(accumulation)
+    by_zero = two_ranks(zero, per_rank, tmp_path)
     assert largest_difference(by_zero[0], by_zero[1]) == 0.0
     assert largest_difference(by_zero[0], by_ddp[0]) < TOLERANCE
