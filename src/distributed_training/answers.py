@@ -33,8 +33,10 @@ DEPENDENCIES = {
     "distributed-training": "distributed_training", "pytest": "pytest", "pytest-timeout": "pytest_timeout",
     "setuptools": "setuptools", "wheel": "wheel", "pip": "pip",
 }
-RESERVED_PACKAGES = {*DEPENDENCIES.values(), *sys.stdlib_module_names, "test", "tests", "examples", "notebooks"}
-RESERVED_SLUGS = {name.replace("_", "-") for name in (*DEPENDENCIES, *DEPENDENCIES.values())}
+# The tool itself is the exception: this repository's own bundle is the template's output under its name.
+SELF = {"distributed-training", "distributed_training"}
+RESERVED_PACKAGES = {*DEPENDENCIES.values(), *sys.stdlib_module_names, "test", "tests", "examples", "notebooks"} - SELF
+RESERVED_SLUGS = {name.replace("_", "-") for name in (*DEPENDENCIES, *DEPENDENCIES.values())} - SELF
 # Whole numbers as every YAML reader reads them: ASCII digits, no sign, no leading zero (YAML 1.1 reads 010 as 8).
 WHOLE_NUMBER = re.compile(r"0|[1-9][0-9]{0,5}")
 MAX_WORKERS = 256

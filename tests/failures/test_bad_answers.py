@@ -48,7 +48,7 @@ REFUSED_BY_THE_HOOK = [
     # names that shadow a dependency or the standard library
     *[({"package_name": package}, "reserved-package-name") for package in [
         "torch", "pyspark", "tests", "ray", "yaml", "json", "os", "mlflow", "databricks", "deepspeed", "logging",
-        "distributed_training", "pytest", "typing", "pandas", "numpy", "pyarrow"]],
+        "pytest", "typing", "pandas", "numpy", "pyarrow"]],
     *[({"project_slug": slug}, "reserved-project-slug") for slug in ["torch", "pyspark", "mlflow-skinny", "pyyaml"]],
     *[({name: value}, f"invalid-{name}") for name in ("catalog", "schema") for value in [
         "", "main; DROP TABLE x", "my-catalog", "`main`", "main.default", "1abc", *INJECTIONS]],
