@@ -1,167 +1,252 @@
-"""Engine overhead: each engine path against a plain `torchrun` of the same loop, same data, same model.
+"""Engine overhead: each engine against a plain `torchrun` of the same loop, config and staged rows, on both tasks.
 
-Every engine runs as a user runs it, `python -m distributed_training train --engine E --local --table T`, on the
-same sample table. The baseline is torchrun of the very same run: `train --handoff-to-torchrun` stages the table and
-writes the config the engine would give its processes (DDP, or DeepSpeed with the same DeepSpeed config), and the
-command it writes runs `training.train_staged --config` under torchrun. Ray Train runs DDP: its baseline is the DDP
-one. Two figures per engine, the throughput from the loop's own metrics.json:
-- steady-state throughput: training samples per second over all ranks after the first epoch (ratio to torchrun);
-- start-up and teardown: the wall time of the whole command less the loop's own time, against the same for
-  torchrun. For the Spark engines this includes a Spark session and the staging, measured once on their own here
-  and shown above them, so that the rest is what the distributor, the Ray cluster or DeepSpeed adds.
+Every engine runs as a user runs it, `python -m distributed_training train --engine E --task T --local --table TABLE`,
+on one sample table per task. The baseline is torchrun of the very same run: `train --handoff-to-torchrun` (here in
+this process, on its one Spark session) stages the table and writes the config the engine would give its processes
+(DDP, or DeepSpeed with the same ZeRO config), and the command.sh it writes runs the loop under torchrun. Ray Train
+runs DDP: its baseline is TorchDistributor's. The sides alternate, every repetition starting with the next one.
+
+Three figures an engine, each against torchrun's:
+- steady-state throughput: tokens (causal_lm) or examples (fare_regression) per second over all ranks, from the
+  loop's own per-epoch timings after the first epoch, so start-up is left out;
+- time to first step: from the command's start to the loop's line that opens the first epoch (for the engines it
+  includes their Spark session and staging, measured on their own above them; Ray forwards the line late);
+- wall time of the whole command.
+Each throughput row records what both sides trained (staged rows, examples, epochs, steps), which must be equal.
 Spark ML (Connect) trains no torch loop and has only a wall time.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import itertools
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .measure import Row, alternate, median, seconds
+from .measure import Row, alternate, seconds
 
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 PROCESSES = 2
-TORCH_LOOP_ENGINES = ("torch_distributor", "deepspeed", "ray")  # engines that run the same torch loop
-# The torchrun run each engine is compared with: the same strategy, the same config.
-BASELINE_OF = {"torch_distributor": "DDP", "deepspeed": "DeepSpeed", "ray": "DDP"}
-HANDOFF_ENGINE = {"DDP": "torch_distributor", "DeepSpeed": "deepspeed"}
+BATCH_SIZE = 64
+SEED = 3
+RUN_TIMEOUT_SECONDS = 900  # one command; Ray on Spark, the slowest, starts in about 90 s here
+TORCH_LOOP_ENGINES = ("torch_distributor", "deepspeed", "ray")
+ENGINES = (*TORCH_LOOP_ENGINES, "spark_ml_connect")
+# The engine whose `--handoff-to-torchrun` run is an engine's baseline: the same strategy, the same config.
+BASELINE_OF = {"torch_distributor": "torch_distributor", "deepspeed": "deepspeed", "ray": "torch_distributor"}
+STRATEGY_OF = {"torch_distributor": "DDP", "deepspeed": "DeepSpeed ZeRO-2"}
+TASKS = {"causal_lm": "distributed_training.tasks.causal_lm",
+         "fare_regression": "distributed_training.tasks.fare_regression"}
 
 
 @dataclass(frozen=True)
 class Sizes:
-    rows: int
-    epochs: int
+    rows: int  # of the sample table
+    epochs: int  # the steady-state figure is over all but the first
     repetitions: int
 
 
-# Ten epochs: the figure is over epochs 2-10, past what is still settling when the loop starts (Ray's nodes keep
-# the two cores busy for a few seconds after they come up).
-FULL = Sizes(rows=30_000, epochs=10, repetitions=2)
-QUICK = Sizes(rows=3_000, epochs=2, repetitions=1)
+# The language model is the headline (a transformer, tiny to fit two cores); the fare MLP's steps are a few
+# milliseconds, mostly Python and gloo latency, and it runs fewer repetitions.
+FULL = {"causal_lm": Sizes(rows=4000, epochs=3, repetitions=5), "fare_regression": Sizes(30_000, 3, 2)}
+QUICK = {"causal_lm": Sizes(rows=2000, epochs=2, repetitions=1), "fare_regression": Sizes(3000, 2, 1)}
 
 
 @dataclass(frozen=True)
-class PathRun:
+class CommandRun:
     wall_seconds: float
+    first_step_seconds: float | None  # None: the loop's opening line never reached this process's output
     metrics: dict
+    staged_rows: int
+
+    def throughput(self, task: str) -> float:
+        """Tokens per second for the language model (each example is a block of context tokens), else examples."""
+        return self.metrics["examples_per_second"] * tokens_per_example(task)
 
     @property
-    def around_the_loop(self) -> float:
-        return self.wall_seconds - self.metrics["seconds"]
+    def work(self) -> dict:
+        """What the loop trained. Its steps per epoch are what its examples_per_second counts: steps x batch x
+        world size examples in train_seconds."""
+        epochs, world = self.metrics["epochs"], self.metrics["world_size"]
+        steps = sum(round(epoch["examples_per_second"] * epoch["train_seconds"] / (BATCH_SIZE * world))
+                    for epoch in epochs)
+        return {"staged_train_rows": self.staged_rows, "train_examples": self.metrics["train_examples"],
+                "world_size": world, "epochs": len(epochs), "steps_per_process": steps}
 
 
-def run(work_dir: str, quick: bool, log=lambda line: print(line, flush=True)) -> list[Row]:
+def tokens_per_example(task: str) -> int:
+    if task != "causal_lm":
+        return 1
+    from distributed_training.tasks.causal_lm import PRESETS
+
+    return PRESETS["tiny"][3]
+
+
+def run(work_dir: str, quick: bool, engines: tuple[str, ...] = ENGINES, tasks: tuple[str, ...] = tuple(TASKS),
+        log=lambda line: print(line, flush=True)) -> list[Row]:
     from distributed_training.engines.local_spark import local_spark_session
-    from distributed_training.training.sample_data import write_sample_trips
-    from distributed_training.training.staging import stage_training_data
 
     sizes = QUICK if quick else FULL
     work = Path(work_dir, "engines")
+    torch_engines = [engine for engine in TORCH_LOOP_ENGINES if engine in engines]
     spark_seconds, spark = seconds(lambda: local_spark_session(cores=PROCESSES, warehouse_dir=str(work / "warehouse")))
+    rows = [Row("engines", "local Spark session start", "s", (spark_seconds,), note="every engine command pays it")]
+    baselines: dict[tuple[str, str], Path] = {}
+    tables: dict[str, str] = {}
     try:
-        table = write_sample_trips(spark, str(work / "sample_trips"), rows=sizes.rows, seed=3)
-        staging_seconds, staged = seconds(
-            lambda: stage_training_data(spark, table, str(work / "staging"), world_size=PROCESSES, seed=3))
+        for task in tasks:
+            tables[task] = _sample_table(spark, task, work / task / "table", sizes[task].rows)
+            for baseline in dict.fromkeys(BASELINE_OF[engine] for engine in torch_engines):
+                staging, baselines[task, baseline] = seconds(lambda: _hand_off(
+                    spark, baseline, task, tables[task], work / task / f"torchrun-{baseline}", sizes[task]))
+                rows.append(Row("engines", f"{task}: staging for torchrun ({STRATEGY_OF[baseline]})", "s", (staging,),
+                                note="Spark -> parquet; every engine command stages the same way"))
     finally:
         spark.stop()  # each engine command starts the session it needs (Ray on Spark needs one of its own)
-    rows = [
-        Row("engines", "local Spark session start", spark_seconds, None, "s", "every Spark-based engine pays it"),
-        Row("engines", f"staging {staged.train_rows + staged.test_rows:,} rows (Spark -> parquet)", staging_seconds,
-            None, "s", "every Spark-based engine pays it; torchrun reads what it wrote"),
-    ]
-    engines = _present(TORCH_LOOP_ENGINES)
-    sides = {}
-    for strategy in dict.fromkeys(BASELINE_OF[engine] for engine in engines):
-        command = _hand_off(strategy, table, work / f"torchrun-{strategy}", sizes)
-        sides[_baseline_name(strategy)] = lambda command=command: _torchrun(command)
-    for engine in engines:
-        sides[engine] = lambda engine=engine: _train_command(engine, table, work / engine, sizes)
-    log(f"engines: {', '.join(sides)}; {sizes.repetitions} run(s) each, alternating")
-    measured = alternate({name: _logged(name, side, log) for name, side in sides.items()}, sizes.repetitions)
-    for engine in engines:
-        baseline = _baseline_name(BASELINE_OF[engine])
-        rows += _compare(engine, measured[engine], measured[baseline], baseline, spark_seconds + staging_seconds)
-    rows += [Row("engines", engine, 0.0, None, "s", f"skipped: engines/{engine}.py absent")
-             for engine in TORCH_LOOP_ENGINES if engine not in engines]
-    if _present(("spark_ml_connect",)):
-        wall, _ = seconds(lambda: _command("spark_ml_connect", table, work / "spark_ml_connect", sizes))
-        rows.append(Row("engines", "spark_ml_connect: one `train --local` run, wall time", wall, None, "s",
-                        "Spark ML trains no torch loop: no throughput to compare"))
-    else:
-        rows.append(Row("engines", "spark_ml_connect", 0.0, None, "s", "skipped: engines/spark_ml_connect.py absent"))
+
+    for task in tasks:
+        sides = {_baseline_name(baseline): lambda command=command: _torchrun(command, task)
+                 for (of_task, baseline), command in baselines.items() if of_task == task}
+        for engine in torch_engines:
+            numbers = itertools.count(1)  # a fresh folder a run: nothing of one run is left for the next
+            sides[engine] = lambda engine=engine, numbers=numbers: _train(
+                engine, task, tables[task], work / task / engine / f"run-{next(numbers)}", sizes[task])
+        log(f"engines, {task}: {', '.join(sides)}; {sizes[task].repetitions} run(s) each, alternating")
+        measured = alternate({name: _logged(name, side, task, log) for name, side in sides.items()},
+                             sizes[task].repetitions)
+        for engine in torch_engines:
+            rows += _compare(task, engine, measured[engine], measured[_baseline_name(BASELINE_OF[engine])])
+    if "spark_ml_connect" in engines and "fare_regression" in tasks:
+        output = work / "fare_regression" / "spark_ml_connect"
+        wall, _ = _timed(_train_command("spark_ml_connect", "fare_regression", tables["fare_regression"], output,
+                                        sizes["fare_regression"]), "fare_regression", output)
+        rows.append(Row("engines", "fare_regression: spark_ml_connect wall time", "s", (wall,),
+                        note="Spark ML trains no torch loop: no throughput to compare"))
     return rows
 
 
-def _compare(engine: str, runs: list[PathRun], baseline: list[PathRun], baseline_name: str,
-             spark_and_staging: float) -> list[Row]:
-    around, around_baseline = median([run.around_the_loop for run in runs]), median([r.around_the_loop for r in baseline])
-    return [
-        Row("engines", f"{engine}: steady-state throughput", median([run.metrics["samples_per_second"] for run in runs]),
-            median([run.metrics["samples_per_second"] for run in baseline]), "samples/s",
-            f"{PROCESSES} CPU processes, after the first epoch; baseline: {baseline_name}"),
-        Row("engines", f"{engine}: start-up and teardown around the loop", around, around_baseline, "s",
-            f"adds {around - around_baseline:.1f} s to {baseline_name}'s, {spark_and_staging:.1f} s of it Spark "
-            "start and staging"),
-    ]
+def _compare(task: str, engine: str, runs: list[CommandRun], baseline: list[CommandRun]) -> list[Row]:
+    name = _baseline_name(BASELINE_OF[engine])
+    unit = "tokens/s" if task == "causal_lm" else "examples/s"
+    rows = [Row("engines", f"{task}: {engine} steady-state throughput", unit,
+                tuple(run.throughput(task) for run in runs), tuple(run.throughput(task) for run in baseline),
+                f"{PROCESSES} CPU processes, epochs after the first; baseline: {name}",
+                {"ours": _same_work(runs, engine), "baseline": _same_work(baseline, name)})]
+    if all(run.first_step_seconds is not None for run in runs + baseline):
+        rows.append(Row("engines", f"{task}: {engine} time to first step", "s",
+                        tuple(run.first_step_seconds for run in runs),
+                        tuple(run.first_step_seconds for run in baseline),
+                        f"ours includes its Spark session and staging; baseline: {name}"))
+    rows.append(Row("engines", f"{task}: {engine} wall time", "s", tuple(run.wall_seconds for run in runs),
+                    tuple(run.wall_seconds for run in baseline), f"the whole command; baseline: {name}"))
+    return rows
 
 
-def _baseline_name(strategy: str) -> str:
-    return f"torchrun ({strategy})"
+def _same_work(runs: list[CommandRun], side: str) -> dict:
+    """The work of every run of a side, which must be the same each time (a figure of different work means
+    nothing)."""
+    works = {json.dumps(run.work, sort_keys=True) for run in runs}
+    if len(works) > 1:
+        raise RuntimeError(f"the runs of {side} trained different work: {sorted(works)}")
+    return runs[0].work
 
 
-def _logged(name, side, log):
-    def run_and_log() -> PathRun:
+def _baseline_name(baseline: str) -> str:
+    return f"torchrun ({STRATEGY_OF[baseline]})"
+
+
+def _logged(name, side, task, log):
+    def run_and_log() -> CommandRun:
         result = side()
-        log(f"  {name}: {result.wall_seconds:.1f} s wall, loop {result.metrics['seconds']:.1f} s, "
-            f"{result.metrics['samples_per_second']:,.0f} samples/s")
+        first_step = "?" if result.first_step_seconds is None else f"{result.first_step_seconds:.1f}"
+        log(f"  {name}: {result.wall_seconds:.1f} s wall, first step at {first_step} s, "
+            f"{result.throughput(task):,.0f} {'tokens' if task == 'causal_lm' else 'examples'}/s")
         return result
 
     return run_and_log
 
 
-def _present(engines) -> list[str]:
-    return [engine for engine in engines
-            if importlib.util.find_spec(f"distributed_training.engines.{engine}") is not None]
+def _sample_table(spark, task: str, path: Path, rows: int) -> str:
+    from distributed_training.task_interface import load_task
+
+    load_task(TASKS[task]).sample_table(spark, SEED, rows=rows).coalesce(1).write.mode("overwrite").parquet(str(path))
+    return str(path)
+
+
+def _options(engine: str, task: str, table: str, output_dir: Path, sizes: Sizes) -> list[str]:
+    return ["--engine", engine, "--task", TASKS[task], "--local", "--table", table, "--output-dir", str(output_dir),
+            "--processes", str(PROCESSES), "--epochs", str(sizes.epochs), "--checkpoint-every", str(sizes.epochs),
+            "--batch-size", str(BATCH_SIZE), "--seed", str(SEED), "--no-resume", "--no-tracking",
+            *(["--model-size", "tiny"] if task == "causal_lm" else [])]
+
+
+def _hand_off(spark, engine: str, task: str, table: str, output_dir: Path, sizes: Sizes) -> Path:
+    """What `train --engine E --handoff-to-torchrun` does, on this process's Spark session: stage, write the config
+    and the command; the command's path."""
+    from distributed_training import config as configuration
+    from distributed_training.engines import engine as engine_named
+    from distributed_training.engines.torchrun import hand_off
+    from distributed_training.launch import resolve
+
+    config = configuration.from_args([*_options(engine, task, table, output_dir, sizes), "--handoff-to-torchrun"])
+    configuration.check(config)
+    hand_off(spark, resolve(config, engine_named(engine), spark), {})
+    return output_dir / "torchrun" / "command.sh"
+
+
+def _torchrun(command: Path, task: str) -> CommandRun:
+    return _finished(_timed(["bash", str(command)], task, command.parent.parent), command.parent.parent)
+
+
+def _train(engine: str, task: str, table: str, output_dir: Path, sizes: Sizes) -> CommandRun:
+    return _finished(_timed(_train_command(engine, task, table, output_dir, sizes), task, output_dir), output_dir)
+
+
+def _train_command(engine: str, task: str, table: str, output_dir: Path, sizes: Sizes) -> list[str]:
+    return [sys.executable, "-m", "distributed_training", "train", *_options(engine, task, table, output_dir, sizes)]
+
+
+def _finished(timings: tuple[float, float | None], output_dir: Path) -> CommandRun:
+    metrics = json.loads((output_dir / "metrics.json").read_text())
+    manifest = json.loads((output_dir / "staging" / "manifest.json").read_text())
+    return CommandRun(*timings, metrics, manifest["train_rows"])
+
+
+def _timed(command: list[str], task: str, output_dir: Path) -> tuple[float, float | None]:
+    """Run the command, its output into OUTPUT_DIR.log; its wall time, and when the loop opened its first epoch (the
+    line 'training <task> on ...'), in seconds from the start."""
+    first_step_line = f"training {task} on "
+    log_file = output_dir.with_suffix(".log")
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    first_step = None
+    started = time.perf_counter()
+    with open(log_file, "w") as output:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env=_environment())
+        watchdog = threading.Timer(RUN_TIMEOUT_SECONDS, process.kill)
+        watchdog.start()
+        try:
+            for line in process.stdout:
+                if first_step is None and first_step_line in line:
+                    first_step = time.perf_counter() - started
+                output.write(line)
+            returncode = process.wait()
+        finally:
+            watchdog.cancel()
+    wall = time.perf_counter() - started
+    if returncode != 0:
+        raise RuntimeError(f"{' '.join(command[-20:])} failed (exit {returncode}, killed after "
+                           f"{RUN_TIMEOUT_SECONDS} s if negative):\n{log_file.read_text()[-3000:]}")
+    return wall, first_step
 
 
 def _environment() -> dict:
     return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),  # command.sh's python
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),  # command.sh's
             "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")]))}
 
-
-def _run(command: list[str], what: str, log_file: Path) -> None:
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "w") as output:
-        completed = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=_environment())
-    if completed.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {completed.returncode}):\n{log_file.read_text()[-3000:]}")
-
-
-def _hand_off(strategy: str, table: str, output_dir: Path, sizes: Sizes) -> Path:
-    """Stage and plan the baseline's run (not timed); the torchrun command it wrote."""
-    _command(HANDOFF_ENGINE[strategy], table, output_dir, sizes, "--handoff-to-torchrun")
-    return output_dir / "torchrun" / "command.sh"
-
-
-def _torchrun(command: Path) -> PathRun:
-    output_dir = command.parent.parent
-    wall, _ = seconds(lambda: _run(["bash", str(command)], "torchrun", output_dir.with_suffix(".log")))
-    return PathRun(wall, json.loads((output_dir / "metrics.json").read_text()))
-
-
-def _command(engine: str, table: str, output_dir: Path, sizes: Sizes, *options: str) -> None:
-    command = [sys.executable, "-m", "distributed_training", "train", "--engine", engine, "--local", "--table", table,
-               "--output-dir", str(output_dir), "--processes", str(PROCESSES), "--epochs", str(sizes.epochs),
-               "--seed", "3", "--no-resume", "--no-tracking", *options]
-    _run(command, f"train --engine {engine} {' '.join(options)}".strip(), output_dir.with_suffix(".log"))
-
-
-def _train_command(engine: str, table: str, output_dir: Path, sizes: Sizes) -> PathRun:
-    wall, _ = seconds(lambda: _command(engine, table, output_dir, sizes))
-    return PathRun(wall, json.loads((output_dir / "metrics.json").read_text()))

@@ -26,14 +26,14 @@ def schema_path() -> str | None:
 
 
 def run(work_dir: str, quick: bool) -> list[Row]:
-    from distributed_training.compute.engines import ENGINES
+    from distributed_training.config import ENGINES
 
     schema = schema_path()
     with_schema = "with the JSON schema" if schema else "without the JSON schema (none found)"
     render, validate = _render_and_validate({}, work_dir, schema)
     rows = [
-        Row("generation", "render one project (default answers)", render, None, "s", "cookiecutter, hooks included"),
-        Row("generation", "validate one project (dev and prod)", validate, None, "s", with_schema),
+        Row("generation", "render one project (default answers)", "s", (render,), note="cookiecutter, hooks included"),
+        Row("generation", "validate one project (dev and prod)", "s", (validate,), note=with_schema),
     ]
     matrix = list(itertools.product(CLOUDS, (*ENGINES, "all"), ("0", "2")))
     if quick:
@@ -44,9 +44,10 @@ def run(work_dir: str, quick: bool) -> list[Row]:
             {"cloud": cloud, "engine": engine, "num_workers": num_workers}, work_dir, schema)
         total_render, total_validate = total_render + render, total_validate + validate
     rows += [
-        Row("generation", f"render the answer matrix ({len(matrix)} projects)", total_render, None, "s",
-            "clouds x engines (and all) x 0/2 workers"),
-        Row("generation", f"validate the answer matrix ({len(matrix)} projects)", total_validate, None, "s", with_schema),
+        Row("generation", f"render the answer matrix ({len(matrix)} projects)", "s", (total_render,),
+            note="clouds x engines (and all) x 0/2 workers"),
+        Row("generation", f"validate the answer matrix ({len(matrix)} projects)", "s", (total_validate,),
+            note=with_schema),
     ]
     return rows
 

@@ -1,47 +1,74 @@
 """Staged data written straight with pyarrow, without Spark: for machines that have no pyspark (the GPU check) and
-for loader benchmarks that need more rows than a quick Spark staging gives.
+for data-path benchmarks that need more rows than a quick Spark staging gives.
 
-The folder has the shape `training.staging` writes (train/ and test/ with one parquet file per process, and a
-manifest), so the training loop cannot tell the difference. The label depends on the features, so loss falls.
+A staged folder has the shape `staging.stage` writes (train/ and test/ with one parquet file per process, and the
+manifest), with the statistics the task's `statistics` would compute, so the training loop cannot tell the
+difference.
 """
 
 from __future__ import annotations
 
 import os
+import random
+
+LANGUAGE_TASK = "distributed_training.tasks.causal_lm"
 
 
-def write_staged(directory: str, train_rows: int, test_rows: int, files: int, seed: int = 0):
-    """Write a staged folder of random features and a learnable label; returns its StagedData."""
+def write_parts(folder: str, columns: dict, files: int) -> None:
+    """The columns (equal-length numpy arrays or lists) as `files` parquet files of consecutive rows."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from distributed_training.training.staged import ColumnStats, StagedData
-    from distributed_training.training.trips import FEATURE_COLUMNS, LABEL_COLUMN
+    os.makedirs(folder, exist_ok=True)
+    table = pa.table(columns)
+    for part, rows in enumerate(np.array_split(np.arange(table.num_rows), files)):
+        pq.write_table(table.slice(rows[0], len(rows)) if len(rows) else table.slice(0, 0),
+                       os.path.join(folder, f"part-{part:05d}.parquet"))
+
+
+def fare_columns(rows: int, seed: int = 0) -> dict:
+    """The fare task's prepared columns (float32 features and a fare that depends on them)."""
+    import numpy as np
+
+    from distributed_training.tasks.fare_regression import FEATURES, LABEL
 
     rng = np.random.default_rng(seed)
-    weights = rng.normal(size=len(FEATURE_COLUMNS)).astype(np.float32)
+    features = rng.normal(size=(rows, len(FEATURES))).astype(np.float32)
+    fare = 15.0 + 4.0 * features @ rng.normal(size=len(FEATURES)) + rng.normal(0.0, 0.5, rows)
+    return {**{name: features[:, index] for index, name in enumerate(FEATURES)}, LABEL: fare.astype(np.float32)}
 
-    def split(rows: int):
-        features = rng.normal(size=(rows, len(FEATURE_COLUMNS))).astype(np.float32)
-        label = 15.0 + 4.0 * features @ weights + np.sin(features[:, 0]) + rng.normal(0, 0.5, rows).astype(np.float32)
-        return features, label.astype(np.float32)
 
-    staged = None
-    for name, rows in (("train", train_rows), ("test", test_rows)):
-        features, label = split(rows)
-        if name == "train":
-            staged = StagedData(
-                directory=directory, feature_columns=FEATURE_COLUMNS, label_column=LABEL_COLUMN,
-                feature_stats=tuple(ColumnStats(float(column.mean()), float(column.std()) or 1.0) for column in features.T),
-                label_stats=ColumnStats(float(label.mean()), float(label.std()) or 1.0),
-                train_rows=train_rows, test_rows=test_rows, source="synthetic",
-            )
-        folder = os.path.join(directory, name)
-        os.makedirs(folder, exist_ok=True)
-        for part, rows_of_part in enumerate(np.array_split(np.arange(rows), files)):
-            columns = {column: features[rows_of_part, index] for index, column in enumerate(FEATURE_COLUMNS)}
-            columns[LABEL_COLUMN] = label[rows_of_part]
-            pq.write_table(pa.table(columns), os.path.join(folder, f"part-{part:05d}.parquet"))
+def fare_statistics(columns: dict) -> dict:
+    """What fare_regression.statistics computes: each column's mean and population standard deviation."""
+    return {name: {"mean": float(values.mean()), "std": float(values.std()) or 1.0} for name, values in columns.items()}
+
+
+def documents(count: int, seed: int = 0) -> list[str]:
+    """TPC-H order comments, as the language task's sample table has them."""
+    from distributed_training.tasks.causal_lm import tpch_comment
+
+    rng = random.Random(seed)
+    return [tpch_comment(rng) for _ in range(count)]
+
+
+def text_statistics(texts: list[str]) -> dict:
+    """What causal_lm.statistics computes: each byte's count, and one end-of-text token a document."""
+    import numpy as np
+
+    counts = np.bincount(np.frombuffer("".join(texts).encode("utf-8"), dtype=np.uint8), minlength=256)
+    token_counts = [*counts.tolist(), len(texts)]
+    return {"token_counts": token_counts, "tokens": sum(token_counts), "documents": len(texts)}
+
+
+def stage_text(directory: str, train: list[str], test: list[str], files: int):
+    """The documents as a staged folder for the language task, `files` files a split (one per process); its
+    StagedData."""
+    from distributed_training.training.data import StagedData
+
+    write_parts(os.path.join(directory, "train"), {"text": train}, files)
+    write_parts(os.path.join(directory, "test"), {"text": test}, files)
+    staged = StagedData(directory=directory, task=LANGUAGE_TASK, source="synthetic", train_rows=len(train),
+                        test_rows=len(test), files_per_split=files, stats=text_statistics(train))
     staged.save()
     return staged
