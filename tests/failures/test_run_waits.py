@@ -40,7 +40,6 @@ resources:
 """
 NO_JOBS = "bundle:\n  name: demo\n"
 DEMO_TAGS = {"bundle": "demo", "job_key": "train_ray", "target": "dev"}
-START = 4.0  # seconds a Python process with the SDK takes to start and stop, on 2 slow cores, with margin
 
 
 @dataclass
@@ -49,7 +48,7 @@ class Case:
     host: str  # "fake" (a FakeWorkspace), "silent" (accepts, never answers), "refusing", "none" (no host set)
     arguments: list[str]
     expected: list[str]  # what the one error line must say: the rule and the fix
-    within: float  # seconds, on top of START
+    within: float  # seconds, on top of what starting the command takes (start_seconds)
     exit_code: int = 2
     bundle: str = BUNDLE
     token: str = DUMMY_TOKEN
@@ -121,6 +120,17 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def start_seconds() -> float:
+    """What starting the command costs here and now (Python, the SDK, the bundle reader), with margin: the bounds
+    below are what `run` waits on top of it, so a busy machine does not make them flaky."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    script = "import databricks.sdk, distributed_training.remote.run, distributed_training.bundle.loader"
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    return 2 * (time.monotonic() - started) + 1.5
+
+
 @pytest.fixture
 def silent_port():
     """A port that accepts connections (the kernel completes them) and never reads or answers."""
@@ -155,7 +165,8 @@ def _run(folder: Path, host: str | None, case: Case) -> tuple[subprocess.Complet
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_run_ends_in_time_with_one_line_naming_the_rule_and_the_fix(case, tmp_path, silent_port, refusing_port):
+def test_run_ends_in_time_with_one_line_naming_the_rule_and_the_fix(case, tmp_path, silent_port, refusing_port,
+                                                                   start_seconds):
     folder = tmp_path / "project"
     folder.mkdir()
     (folder / "databricks.yml").write_text(case.bundle)
@@ -181,7 +192,7 @@ def test_run_ends_in_time_with_one_line_naming_the_rule_and_the_fix(case, tmp_pa
         assert lines == error_lines, err
     for text in case.expected:
         assert text in error_lines[0], err
-    assert took < case.within + START, f"{case.name}: {took:.1f} s"
+    assert took < case.within + start_seconds, f"{case.name}: {took:.1f} s (start: {start_seconds:.1f} s)"
     if case.no_request:
         assert requests == []
 
