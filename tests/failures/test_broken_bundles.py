@@ -2,6 +2,9 @@
 each wrong type, and files that are missing, empty, binary or in the wrong place.
 
 Through the command itself (in process): exit 1 with findings, or 2 for an unusable argument, never a traceback.
+Each broken case asserts its finding (the rule in brackets and words of its fix), not merely the word "error",
+which the summary line "0 errors" also holds. Hostile input (alias bombs, deep nesting, FIFOs, huge bundles) is in
+test_hostile_bundles.py.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ YAML_SYNTAX_ERRORS = {
     "control characters": "bundle:\n  name: \x07\x08\n",
     "template markers": "bundle:\n  name: {{ cookiecutter.project_slug }}\n",
 }
+# The finding each of them gives: its rule as printed, and words of its fix.
+SYNTAX_FIX = ("[yaml-syntax]", "fix the YAML there")
+NOT_A_MAPPING = ("[not-a-mapping]", "a bundle file is a YAML mapping")
+EXPECTED_FINDING = {case: NOT_A_MAPPING if case.startswith("document of a") else SYNTAX_FIX
+                    for case in YAML_SYNTAX_ERRORS}
 
 
 # The CLI's own checks decide whether an empty databricks.yml is a bundle; here it must only not crash.
@@ -80,6 +88,14 @@ def validate(bundle_dir, capsys, *options: str) -> tuple[int, str]:
     return code, captured.out + captured.err
 
 
+def assert_finding(output: str, file: str, rule: str, fix: str) -> None:
+    """`output` holds a finding of `rule` in `file` whose fix line has `fix`."""
+    lines = output.splitlines()
+    found = [index for index, line in enumerate(lines) if line.startswith(f"{file}") and f" {rule} " in line]
+    assert found, f"no {rule} finding for {file} in:\n{output}"
+    assert any(fix in lines[index + 1] for index in found if index + 1 < len(lines)), output
+
+
 @pytest.fixture
 def bundle(tmp_path) -> Path:
     copy = tmp_path / "bundle"
@@ -95,24 +111,26 @@ def test_the_good_bundle_is_good(bundle, capsys):
 def test_yaml_that_is_not_a_bundle_is_reported_with_its_file(bundle, capsys, case):
     (bundle / ROOT_FILE).write_text(YAML_SYNTAX_ERRORS[case])
     code, output = validate(bundle, capsys)
-    assert code in (1, 2), output
-    assert ROOT_FILE in output and ("error" in output)
+    assert code == 1, output
+    assert_finding(output, ROOT_FILE, *EXPECTED_FINDING[case])
+    assert "bundle-name-missing" not in output  # a file that could not be read is not an empty one
 
 
 @pytest.mark.parametrize("case", EMPTY_ROOT_FILES)
-def test_an_empty_root_file_is_checked_without_a_crash(bundle, capsys, case):
+def test_an_empty_root_file_is_refused_for_its_missing_bundle_name(bundle, capsys, case):
+    """The CLI stops without bundle.name (bundle/config/mutator/default_workspace_root.go)."""
     (bundle / ROOT_FILE).write_text(EMPTY_ROOT_FILES[case])
     code, output = validate(bundle, capsys)
-    assert code in (0, 1) and "error" in output, output  # the summary line counts errors
+    assert code == 1, output
+    assert_finding(output, ROOT_FILE, "[bundle-name-missing]", "set bundle: {name:")
 
 
 @pytest.mark.parametrize("case", YAML_SYNTAX_ERRORS)
 def test_broken_yaml_in_an_included_file_is_reported_with_its_file(bundle, capsys, case):
     (bundle / JOB_FILE).write_text(YAML_SYNTAX_ERRORS[case])
     code, output = validate(bundle, capsys)
-    assert code in (0, 1), output  # an empty or comment-only resource file is legal
-    if code == 1:
-        assert "train.job.yml" in output
+    assert code == 1, output
+    assert_finding(output, JOB_FILE, *EXPECTED_FINDING[case])
 
 
 def test_every_value_replaced_by_every_wrong_type_is_reported_or_accepted_never_a_crash(tmp_path, capsys,
@@ -181,9 +199,24 @@ def test_every_value_of_a_serverless_job_replaced_by_every_wrong_type_is_never_a
     assert crashed == [], "\n".join(crashed)
 
 
-@pytest.mark.parametrize("breakage", ["no root file", "root file is a folder", "folder is a file", "no folder",
-                                      "included file is a folder", "included file is binary", "included file is empty",
-                                      "root file is binary", "include names a missing file", "include is a mapping"])
+# breakage -> (exit code, file the finding names, rule, words of the fix); exit 2 is a usage error on stderr.
+BREAKAGES = {
+    "no root file": (2, None, "no databricks.yml", "pass the folder that holds databricks.yml"),
+    "root file is a folder": (2, None, "no databricks.yml", "pass the folder that holds databricks.yml"),
+    "folder is a file": (2, None, "no databricks.yml", "pass the folder that holds databricks.yml"),
+    "no folder": (2, None, "no databricks.yml", "pass the folder that holds databricks.yml"),
+    # process_root_includes.go reads every match of a glob: a folder among them is an error, not skipped
+    "included file is a folder": (1, JOB_FILE, "[unreadable-file]", "include only YAML or JSON files"),
+    "included file is binary": (1, JOB_FILE, "[unreadable-file]", "make the file readable UTF-8 text"),
+    "included file is empty": (0, None, "0 errors", None),  # the CLI reads an empty file as an empty mapping
+    "root file is binary": (1, ROOT_FILE, "[unreadable-file]", "make the file readable UTF-8 text"),
+    # an include without glob characters must match (process_root_includes.go: "does not match any files")
+    "include names a missing file": (1, ROOT_FILE, "[include-file-missing]", "create the file, fix the path"),
+    "include is a mapping": (1, ROOT_FILE, "[include-not-a-list]", "write include: ["),
+}
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES)
 def test_missing_or_unreadable_files_are_reported(bundle, capsys, breakage):
     target = bundle
     if breakage == "no root file":
@@ -210,6 +243,12 @@ def test_missing_or_unreadable_files_are_reported(bundle, capsys, breakage):
         (bundle / ROOT_FILE).write_text(
             (bundle / ROOT_FILE).read_text().replace("include:\n  - resources/*.yml", "include:\n  files: x"))
     code, output = validate(target, capsys)
-    assert code in (0, 1, 2), output
-    if breakage not in ("included file is empty",):
-        assert code != 0 and "error" in output, output
+    expected_code, file, rule, fix = BREAKAGES[breakage]
+    assert code == expected_code, output
+    assert "Traceback" not in output
+    if expected_code == 2:
+        assert len(output.strip().splitlines()) == 1 and rule in output and fix in output, output
+    elif expected_code == 0:
+        assert output.splitlines()[-1].startswith("0 errors"), output
+    else:
+        assert_finding(output, file, rule, fix)

@@ -5,7 +5,7 @@ Each check takes a tree and returns findings whose `path` is set; the caller nam
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from ..findings import Finding
 from .clusters import clusters_of, jobs_of, task_clusters, task_option, tasks_of

@@ -8,6 +8,7 @@ folder that is not a bundle at all raises `NotABundle`.
 from __future__ import annotations
 
 import difflib
+import functools
 import glob
 import os
 import sys
@@ -123,6 +124,7 @@ def _unknown_keys(name: str, loaded: YamlFile) -> list[Finding]:
             if key not in known and (*path, str(key)) not in loaded.anchor_paths]
 
 
+@functools.lru_cache(maxsize=1024)
 def _unknown_key_fix(key: str, known: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(key, known, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
@@ -142,6 +144,13 @@ def _included_names(root: FilePath, root_name: str, root_data: Any):
         yield None, [Finding("include-not-a-list", "include must be a list of glob patterns",
                              'write include: ["resources/*.yml"]', file=root_name, path="include")]
         return
+    glob_character = next((character for character in "*?[]^" if character in str(root)), None)
+    if glob_character is not None:
+        yield None, [Finding("bundle-root-has-glob-characters", f"the bundle folder {root} holds the glob character "
+                             f"{glob_character!r}: the CLI refuses to load its includes from there",
+                             "rename or move the folder so that its path has none of * ? [ ] ^", file=root_name,
+                             path="include")]
+        return
     seen = set(ROOT_FILE_NAMES)
     for index, pattern in enumerate(includes):
         path = format_path(("include", index))
@@ -153,6 +162,12 @@ def _included_names(root: FilePath, root_name: str, root_data: Any):
             yield None, [Finding("include-absolute", f"include {pattern!r} is an absolute path: the CLI refuses it "
                                  "(includes must be relative paths)", "write the path relative to the folder of "
                                  f"{root_name}, e.g. resources/*.yml", file=root_name, path=path)]
+            continue
+        bad = _bad_pattern(pattern)
+        if bad:
+            yield None, [Finding("include-bad-pattern", f"include {pattern!r} is not a valid glob pattern ({bad}): "
+                                 "the CLI stops with \"syntax error in pattern\"", "close the [ ] class, or write "
+                                 "the character as [x]", file=root_name, path=path)]
             continue
         matches = _glob(root, pattern)
         if not matches:
@@ -175,6 +190,28 @@ def _included_names(root: FilePath, root_name: str, root_data: Any):
                                      file=root_name, path=path)]
                 continue
             yield name, []
+
+
+def _bad_pattern(pattern: str) -> str | None:
+    """Why Go's filepath.Match would refuse `pattern` (ErrBadPattern), or None."""
+    position = 0
+    while position < len(pattern):
+        character = pattern[position]
+        if character == "\\" and position + 1 == len(pattern):
+            return "a trailing backslash"
+        if character == "\\":
+            position += 2
+            continue
+        if character == "[":
+            position += 1 + (pattern[position + 1:position + 2] == "^")
+            end = pattern.find("]", position)
+            if end == -1:
+                return "a [ without its ]"
+            if end == position or pattern[position] in "-]":
+                return "an empty or malformed [ ] class"
+            position = end
+        position += 1
+    return None
 
 
 def _glob(root: FilePath, pattern: str) -> list[str]:

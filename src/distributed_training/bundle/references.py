@@ -138,7 +138,8 @@ class Resolver:
             return self._from_tree(path)
         index, known = unknown
         where, name = format_path(path[:index]), path[index]
-        fix = f"use one of the fields of {where}: {', '.join(known)}" if known else f"use {where} itself (it has no fields)"
+        fix = (f"use one of the fields of {where}: {', '.join(known)}" if known
+               else f"use {where} itself (it has no fields)")
         close = difflib.get_close_matches(str(name), known, n=1)
         if close:
             fix = f"did you mean ${{{format_path((*path[:index], close[0]))}}}? Else {fix}"

@@ -38,7 +38,8 @@ def load_validator(schema_path: str | FilePath):
         raise SchemaUnavailable(f"checking against a schema needs the {error.name!r} package: "
                                 "pip install jsonschema regex") from error
     schema = _read_schema(FilePath(schema_path))
-    validator_class = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _re2_pattern(jsonschema, regex)})
+    validator_class = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                                   {"pattern": _re2_pattern(jsonschema, regex)})
     # Against the meta-schema, without its format checks: `format: regex` would compile the RE2 patterns with `re`.
     meta = jsonschema.Draft202012Validator(jsonschema.Draft202012Validator.META_SCHEMA)
     try:

@@ -20,17 +20,26 @@ INSTALL_HINT = "pip install databricks-bundles"
 _PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError)
 
 
-def typed_findings(tree: Mapping) -> list[Finding]:
-    """Findings for every job of a target tree that the typed classes refuse (or one warning without them)."""
+def typed_findings(tree: Mapping, parsed: dict[int, tuple[Any, list[Finding]]] | None = None) -> list[Finding]:
+    """Findings for every job of a target tree that the typed classes refuse (or one warning without them).
+
+    `parsed`: the findings of jobs already parsed, by the id of their mapping, shared between the targets of one
+    bundle: a job that a target does not override is the same mapping in every target, and parsing it is most of
+    the time `validate` takes on a large bundle. (Each entry keeps its mapping alive, so an id is never reused.)"""
     try:
         from databricks.bundles.jobs import Job
     except ModuleNotFoundError:
         return [Finding("typed-classes-missing", "the databricks-bundles package is not installed: jobs were not "
                         "parsed with the typed resource classes", f"{INSTALL_HINT} (or install the validate extra)",
                         severity="warning")]
+    parsed = {} if parsed is None else parsed
     findings = []
     for key, job in jobs_of(tree):
-        findings += _parse(Job, job, ("resources", "jobs", key))
+        path = ("resources", "jobs", key)
+        known = parsed.get(id(job))
+        if known is None or known[0][0] != path:
+            known = parsed[id(job)] = ((path, job), _parse(Job, job, path))
+        findings += known[1]
     return findings
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path as FilePath
 from typing import Iterable
 
@@ -53,7 +53,8 @@ def validate_bundle(bundle_dir: str | FilePath, targets: Iterable[str] | None = 
     bundle = load_bundle(bundle_dir)
     validator = load_validator(schema_path) if schema_path is not None else None
     names = _chosen_targets(bundle, targets)
-    shared = _bundle_findings(bundle, validator)
+    memo = Memo()
+    shared = _bundle_findings(bundle, validator, memo)
     try:
         catalog = project_catalog(bundle.root)
     except CatalogError as error:
@@ -62,7 +63,7 @@ def validate_bundle(bundle_dir: str | FilePath, targets: Iterable[str] | None = 
     shared_keys = {(finding.rule, finding.message, finding.path) for finding in shared}
     report = {}
     for name in names:
-        own = [finding for finding in _target_findings(bundle, name, validator, catalog)
+        own = [finding for finding in _target_findings(bundle, name, validator, catalog, memo)
                if not _reported_already(finding, shared_keys, name)]
         report[name] = shared + _unique(own)
     return report
@@ -80,29 +81,57 @@ def _chosen_targets(bundle: Bundle, targets: Iterable[str] | None) -> list[str]:
     return chosen
 
 
-def _bundle_findings(bundle: Bundle, validator) -> list[Finding]:
+def _bundle_findings(bundle: Bundle, validator, memo: Memo) -> list[Finding]:
     findings = list(bundle.findings)
     if validator is not None:
         for bundle_file in bundle.files:
             if bundle_file.data is not None:
                 findings += schema_findings(validator, bundle_file.data, file=bundle_file.name)
-        findings += _with_files(schema_findings(validator, bundle.tree), bundle.tree)
+                resources = bundle_file.data.get("resources")
+                for kind, of_kind in (resources.items() if isinstance(resources, dict) else ()):
+                    for key, resource in (of_kind.items() if isinstance(of_kind, dict) else ()):
+                        memo.file_resources.setdefault((kind, key), []).append(resource)
+        # The merged files are checked as each target's tree (see `_target_schema_findings`).
     findings += _with_files(undeclared_target_variable_findings(bundle.tree)
                             + checks.production_root_path_findings(bundle.tree)
                             + checks.default_target_findings(bundle.tree), bundle.tree)
     return _unique(findings)
 
 
-def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog) -> list[Finding]:
+@dataclass
+class Memo:
+    """What the checks of one bundle's targets share, so that a large bundle is parsed once, not once per target:
+    the typed parse of each job mapping (a job a target leaves as it is is the same mapping in every target), and
+    the resources of the files, which the schema has checked already (see `_target_schema_findings`)."""
+
+    typed: dict = field(default_factory=dict)  # see `typed_findings`
+    file_resources: dict = field(default_factory=dict)  # (type, key) -> the resource as each file defines it
+
+
+def _target_schema_findings(validator, tree: dict, memo: Memo) -> list[Finding]:
+    """The schema's findings for a target tree, less the resources that are exactly as a file defines them: the
+    files' own check (in every target's findings) has said everything about those."""
+    resources = tree.get("resources")
+    if not isinstance(resources, dict):
+        return schema_findings(validator, tree)
+    fresh: dict = {}
+    for kind, of_kind in resources.items():
+        fresh[kind] = of_kind if not isinstance(of_kind, dict) else {
+            key: resource for key, resource in of_kind.items()
+            if not any(resource == defined for defined in memo.file_resources.get((kind, key), ()))}
+    return schema_findings(validator, {**tree, "resources": fresh})
+
+
+def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog, memo: Memo) -> list[Finding]:
     tree = bundle.target_tree(name)
     variables = target_variables(tree)
     resolver = Resolver(tree, name, variables)
-    findings = schema_findings(validator, tree) if validator is not None else []
+    findings = _target_schema_findings(validator, tree, memo) if validator is not None else []
     if not _unreadable(bundle.root_file.name, bundle):
         findings += [replace(finding, file=file_at(tree, ("bundle", "name")) or bundle.root_file.name)
                      for finding in checks.bundle_name_findings(tree)]
     findings += checks.resource_shape_findings(tree)
-    findings += typed_findings(tree)
+    findings += typed_findings(tree, memo.typed)
     findings += reference_findings(tree, resolver)
     findings += missing_value_findings(variables, name)
     resolved = substitute(tree, resolver)

@@ -115,7 +115,7 @@ def load_yaml(file: FilePath, relative_name: str, budget: ValueBudget | None = N
         if "maximum nesting depth" in str(error):  # libyaml's own limit, met while scanning ahead
             return YamlFile(None, [_limit_finding("yaml-too-deep", relative_name, error.problem_mark,
                                                   f"nests deeper than {MAX_DEPTH} levels", TOO_DEEP_FIX)])
-        return YamlFile(None, [_syntax_finding(error, relative_name)])
+        return YamlFile(None, [_syntax_finding(error, relative_name, text)])
     findings = [_duplicate_finding(path, key, line, first_line, relative_name)
                 for path, key, line, first_line in duplicates]
     if data is not None and not isinstance(data, dict):
@@ -278,12 +278,19 @@ def _limit_finding(rule: str, relative_name: str, event: yaml.Event | Any, what:
     return Finding(rule, f"{relative_name} {what}{where}: not read further", fix, file=relative_name)
 
 
-def _syntax_finding(error: yaml.YAMLError, relative_name: str) -> Finding:
+def _syntax_finding(error: yaml.YAMLError, relative_name: str, text: str) -> Finding:
+    """One line: where, and what the YAML library says."""
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    problem = getattr(error, "problem", None) or str(error)
-    context = getattr(error, "context", None)
-    detail = f"{context}: {problem}" if context else problem
+    if isinstance(error, yaml.reader.ReaderError):  # a character refused before parsing: no mark, a position
+        line = text.count("\n", 0, error.position) + 1
+        character = error.character if isinstance(error.character, int) else ord(error.character or "\0")
+        where, detail = f" at line {line}", f"character #x{character:04x}: {error.reason}"
+    else:
+        problem = getattr(error, "problem", None) or str(error)
+        context = getattr(error, "context", None)
+        detail = f"{context}: {problem}" if context else problem
+    detail = " ".join(str(detail).split())
     return Finding("yaml-syntax", f"YAML syntax error{where}: {detail}",
                    "fix the YAML there (indentation, a missing colon or quote, a tab instead of spaces)",
                    file=relative_name)
