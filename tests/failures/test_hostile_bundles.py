@@ -11,6 +11,7 @@ case names the CLI source it follows (github.com/databricks/cli).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -336,6 +337,11 @@ CASES = [
 ]
 MIN_CASES = 36
 
+# Every line `validate` prints: the schema line, a target header, a finding (one line: file:path, severity, rule,
+# message), its fix (one line), the summary.
+REPORT_LINE = re.compile(r"^(schema: .*|== .* ==|\S*:? ?(error|warning) \[[a-z0-9-]+\] .*|    fix: .*|"
+                         r"\d+ errors?, \d+ warnings? \(.*\))$")
+
 
 def test_the_matrix_does_not_shrink():
     assert len(CASES) >= MIN_CASES
@@ -380,6 +386,7 @@ def test_hostile_bundle(case, tmp_path, capsys, monkeypatch):
         assert line.startswith("error: ") and case.rule in line and case.fix in line, err
         return
     lines = out.splitlines()
+    assert all(REPORT_LINE.match(line) for line in lines), output  # no finding spills over several lines
     found = [index for index, line in enumerate(lines) if f" {case.rule} " in line]
     assert found, output
     [index] = found[:1]
