@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from textwrap import dedent
 
@@ -185,3 +186,25 @@ def test_resources_of_the_wrong_shape_are_an_error_even_without_the_schema(tmp_p
     findings = validate_bundle(tmp_path)["default"]
     assert [(finding.rule, finding.path) for finding in findings if finding.is_error] == [
         ("not-a-mapping", "resources.jobs")]
+
+
+def test_includes_are_matched_as_the_cli_matches_them(tmp_path):
+    """bundle/config/loader/process_root_includes.go: a match is taken relative to the bundle root (so
+    ./databricks.yml is the root file, skipped like every root file name), Go's glob matches hidden files, and
+    the matches of one entry load in sorted order."""
+    write_bundle(tmp_path, {
+        "databricks.yml": "bundle: {name: x}\ninclude: [./databricks.yml, ./*.yml, resources/*.yml]\n",
+        "resources/b.yml": "resources: {jobs: {b: {name: b}}}",
+        "resources/.a.yml": "resources: {jobs: {a: {name: a}}}"})
+    bundle = load_bundle(tmp_path)
+    hidden = ["resources/.a.yml"] if sys.version_info >= (3, 11) else []  # glob's include_hidden is 3.11+
+    assert [file.name for file in bundle.files] == ["databricks.yml", *hidden, "resources/b.yml"]
+    assert bundle.findings == []
+
+
+def test_several_root_files_are_refused_like_the_cli(tmp_path):
+    """bundle/config/filename.go (FindInPath): "multiple bundle root configuration files found"."""
+    write_bundle(tmp_path, {"databricks.yml": "bundle: {name: x}\n", "bundle.yml": "bundle: {name: y}\n"})
+    [finding] = validate_bundle(tmp_path)["default"]
+    assert (finding.rule, finding.file) == ("several-root-files", "bundle.yml")
+    assert "keep databricks.yml" in finding.fix

@@ -215,15 +215,15 @@ def _bad_pattern(pattern: str) -> str | None:
 
 
 def _glob(root: FilePath, pattern: str) -> list[str]:
-    """Relative names that `pattern` matches under `root`, as Go's filepath.Glob would: hidden files match `*`,
-    `[^...]` negates a class; folders, FIFOs and broken links are matches too."""
+    """Relative names that `pattern` matches under `root`, as Go's filepath.Glob would: hidden files match `*`
+    (from Python 3.11), `[^...]` negates a class; folders, FIFOs and broken links are matches too."""
     pattern = pattern.replace("[^", "[!")
     hidden = {"include_hidden": True} if sys.version_info >= (3, 11) else {}
     try:
         matches = glob.glob(pattern, root_dir=root, **hidden)
     except (OSError, ValueError):
         return []
-    return sorted(name.replace("\\", "/") for name in matches)
+    return sorted(os.path.normpath(name).replace("\\", "/") for name in matches)  # "./x.yml" is "x.yml"
 
 
 def _merge_files(files: list[BundleFile]) -> tuple[SourcedDict, list[Finding]]:
