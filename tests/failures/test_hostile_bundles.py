@@ -438,8 +438,8 @@ def test_validation_time_is_linear_in_the_number_of_jobs(tmp_path):
     """Ten times the jobs (in ten times the files, with ten times the findings) take well under twenty times as
     long: nothing in loading, merging, checking or reporting is quadratic. The 50,000-job bundle this stands for
     takes seconds, not minutes."""
-    small, large = many_jobs_bundle(tmp_path / "small", 60), many_jobs_bundle(tmp_path / "large", 600)
+    small, large = many_jobs_bundle(tmp_path / "small", 80), many_jobs_bundle(tmp_path / "large", 800)
     _seconds(small)  # imports and caches out of the measurement
-    small_time = min(_seconds(small) for _ in range(3))
-    large_time = _seconds(large)
+    small_time = min(_seconds(small) for _ in range(3))  # the least disturbed of three (a shared machine)
+    large_time = min(_seconds(large) for _ in range(2))
     assert large_time < 20 * small_time, (small_time, large_time)

@@ -35,6 +35,7 @@ from .sourced import file_at
 from .typed import typed_findings
 from .variables import missing_value_findings, target_variables, undeclared_target_variable_findings
 from .wheel_tasks import wheel_library_findings, wheel_task_findings
+from .yaml_files import gc_paused
 
 
 class UnknownTarget(ValueError):
@@ -50,6 +51,12 @@ def validate_bundle(bundle_dir: str | FilePath, targets: Iterable[str] | None = 
     schema layer. Findings that hold for the whole bundle (a YAML error, a file's schema error) appear in every
     target's list. Raises `NotABundle`, `UnknownTarget` or `SchemaUnavailable` for unusable arguments.
     """
+    with gc_paused():  # millions of short-lived objects on a large bundle, no cycles: see `gc_paused`
+        return _validate_bundle(bundle_dir, targets, schema_path)
+
+
+def _validate_bundle(bundle_dir: str | FilePath, targets: Iterable[str] | None,
+                     schema_path: str | FilePath | None) -> dict[str, list[Finding]]:
     bundle = load_bundle(bundle_dir)
     validator = load_validator(schema_path) if schema_path is not None else None
     names = _chosen_targets(bundle, targets)
