@@ -1,5 +1,6 @@
 """`python -m benchmarks [--quick] [--only SECTION ...] [--engines E ...] [--tasks T ...] [--output FILE]`: run the
-benchmarks, print the table, write it as JSON. Run from the repository root with src/ on PYTHONPATH (benchmarks/run.sh does both)."""
+benchmarks, print the table, write it as JSON. Run from the repository root with src/ on PYTHONPATH (benchmarks/run.sh
+does both)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as file:
         json.dump({"quick": args.quick, "seconds": round(total, 1), "sections": timings,
-                   "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+                   "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                               "platform": platform.platform()},
                    "rows": [row.as_dict() for row in rows]}, file, indent=2)
     print(f"written to {args.output}")
     return 0

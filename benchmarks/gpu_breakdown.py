@@ -64,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
             strategy.step()
             synchronise()
             if step >= WARM_UP_STEPS:
-                for phase, seconds in zip(phases, (loaded - started, computed - loaded, time.perf_counter() - computed)):
+                stepped = time.perf_counter()
+                for phase, seconds in zip(phases, (loaded - started, computed - loaded, stepped - computed)):
                     phases[phase] += seconds
         # The slowest rank's time each phase: the others wait for it.
-        slowest = {phase: distributed.max_over_ranks(process, seconds) / args.steps for phase, seconds in phases.items()}
+        slowest = {phase: distributed.max_over_ranks(process, seconds) / args.steps
+                   for phase, seconds in phases.items()}
         if process.is_main:
             with open(args.output, "w") as file:
                 json.dump({"steps": args.steps, "batch_size": config.batch_size, "world_size": process.world_size,

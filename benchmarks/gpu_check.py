@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -106,7 +107,7 @@ def _gpus(args, visible: bool) -> Machine:
         print(f"warning: the GPUs differ ({', '.join(sorted(set(names)))}): the peak is the first one's")
     name = args.device_name or (names[0] if names else "unknown GPU")
     peak = peak_of(name)
-    bf16 = torch.cuda.is_bf16_supported() if visible else True
+    bf16 = torch.cuda.is_bf16_supported(including_emulation=False) if visible else True  # not emulated: slow
     return Machine(args.gpus or len(names) or 1, name, peak, peak.precision if peak else "bf16" if bf16 else "fp16")
 
 
@@ -130,16 +131,16 @@ def _peak_tflops(args, machine: Machine) -> float | None:
 def _print_plan(args, machine: Machine, model: Model) -> None:
     tokens_per_step = args.batch_size * model.context * machine.processes
     print("== plan ==")
-    what = f"{machine.processes} CPU process(es)" if not machine.on_gpu else f"{machine.processes} x {machine.device_name}"
+    what = f"{machine.processes} x {machine.device_name}" if machine.on_gpu else f"{machine.processes} CPU process(es)"
     print(f"machine: {what}, {machine.precision}")
     print(f"model: causal_lm --model-size {model.size}: {model.layers} layers, {model.heads} heads, width "
           f"{model.width}, context {model.context}; {model.parameters:,} parameters, {model.matmul_parameters:,} in "
           "matrix multiplies (GPT-2 small's 124M include 38.6M of embedding for its 50,257-token vocabulary; this "
           "model reads bytes, 257 tokens)")
     print(f"FLOPs: {FORMULA}")
-    print(f"  = {model.flops_per_token / 1e6:,.1f} MFLOP per token, {model.flops_per_token * tokens_per_step / 1e12:,.2f}"
-          f" TFLOP per step of {tokens_per_step:,} tokens ({args.batch_size} sequences x {model.context} tokens x "
-          f"{machine.processes} process(es))")
+    print(f"  = {model.flops_per_token / 1e6:,.1f} MFLOP per token, "
+          f"{model.flops_per_token * tokens_per_step / 1e12:,.2f} TFLOP per step of {tokens_per_step:,} tokens "
+          f"({args.batch_size} sequences x {model.context} tokens x {machine.processes} process(es))")
     peak = _peak_tflops(args, machine)
     if not machine.on_gpu:
         print("peak: none on CPU: MFU is not computed")
@@ -294,11 +295,30 @@ def _print_breakdown(result: dict) -> None:
 
 
 def _run(label: str, command: list[str], deadline: float) -> None:
+    """Run the command until the deadline; past it, end it with every process it started (torchrun's workers)."""
     left = deadline - time.monotonic()
     print(f"== {label} (at most {left:.0f} s) ==\n+ {' '.join(command)}", flush=True)
     if left <= 0:
         raise subprocess.TimeoutExpired(command, 0)
-    subprocess.run(command, check=True, timeout=left)
+    process = subprocess.Popen(command, start_new_session=True)  # its own process group, to end it whole
+    try:
+        returncode = process.wait(timeout=left)
+    except BaseException:
+        end_process_group(process)
+        raise
+    if returncode != 0:
+        raise subprocess.CalledProcessError(returncode, command)
+
+
+def end_process_group(process: subprocess.Popen, grace_seconds: float = 10) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass
 
 
 def _write(out: Path, result: dict) -> None:

@@ -2,11 +2,11 @@
 # The GPU check: the causal-LM task at GPT-2 small's shape, trained by the project's loop under torchrun on every GPU
 # of this machine in bf16 (fp16 on GPUs without it); tokens/s and MFU against the GPU's dense peak (looked up by its
 # exact name), where a step's time goes, and DDP against DeepSpeed ZeRO-2 when there are 2 GPUs or more. Results in
-# $OUT/result.json. Installs nothing: it uses PYTHON, else .venv/bin/python, else python3, which needs torch with
-# CUDA, numpy and pyarrow (deepspeed for the ZeRO-2 comparison); no Spark.
+# $OUT/result.json. Installs nothing: its Python (PYTHON, else .venv/bin/python or python3, whichever sees a GPU) needs
+# torch with CUDA, numpy and pyarrow (deepspeed for the ZeRO-2 comparison); no Spark.
 #
 #   bash benchmarks/gpu_check.sh             # runs; without a visible GPU, a dry run
-#   bash benchmarks/gpu_check.sh --dry-run   # prints the plan (commands, model size, FLOP formula, peak), writes nothing
+#   bash benchmarks/gpu_check.sh --dry-run   # prints the plan (commands, model, FLOP formula, peak), writes nothing
 #   bash benchmarks/gpu_check.sh --dry-run --device-name "NVIDIA H200" --gpus 1   # the plan for another machine
 #
 # Settings: OUT (build/gpu-check), BATCH_SIZE (32 sequences a GPU), STEPS (50 an epoch), EPOCHS (3, the first is
@@ -15,17 +15,30 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 case "${1:-}" in
-  -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
 esac
 
-python=${PYTHON:-}
+# The interpreter: PYTHON if set, else the first of .venv/bin/python and python3 whose torch sees a GPU (a carried
+# .venv may hold a CPU build of torch), else the first that has torch (a dry run).
+if [ -n "${PYTHON:-}" ]; then candidates=("$PYTHON"); else candidates=(.venv/bin/python python3); fi
+python=
+for candidate in "${candidates[@]}"; do
+  if "$candidate" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" >/dev/null 2>&1; then
+    python=$candidate; break
+  fi
+done
 if [ -z "$python" ]; then
-  if [ -x .venv/bin/python ]; then python=.venv/bin/python; else python=python3; fi
+  for candidate in "${candidates[@]}"; do
+    if "$candidate" -c "import torch" >/dev/null 2>&1; then python=$candidate; break; fi
+  done
+fi
+if [ -z "$python" ]; then
+  echo "error: none of ${candidates[*]} imports torch; this check installs nothing (set PYTHON)" >&2
+  exit 1
 fi
 missing=$("$python" -c "
 import importlib.util
-print(' '.join(name for name in ('torch', 'numpy', 'pyarrow') if importlib.util.find_spec(name) is None))" 2>/dev/null \
-  || echo "$python")
+print(' '.join(name for name in ('numpy', 'pyarrow') if importlib.util.find_spec(name) is None))")
 if [ -n "$missing" ]; then
   echo "error: $python lacks $missing; this check installs nothing (set PYTHON to an interpreter that has them)" >&2
   exit 1
