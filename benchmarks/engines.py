@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -227,8 +228,9 @@ def _timed(command: list[str], task: str, output_dir: Path) -> tuple[float, floa
     started = time.perf_counter()
     with open(log_file, "w") as output:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   env=_environment())
-        watchdog = threading.Timer(RUN_TIMEOUT_SECONDS, process.kill)
+                                   env=_environment(), start_new_session=True)
+        # Past the limit the whole process group goes: the distributor's, Spark's and Ray's processes with it.
+        watchdog = threading.Timer(RUN_TIMEOUT_SECONDS, os.killpg, (process.pid, signal.SIGKILL))
         watchdog.start()
         try:
             for line in process.stdout:
@@ -236,6 +238,9 @@ def _timed(command: list[str], task: str, output_dir: Path) -> tuple[float, floa
                     first_step = time.perf_counter() - started
                 output.write(line)
             returncode = process.wait()
+        except BaseException:  # an interrupted benchmark leaves nothing running (the group is not its own)
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
         finally:
             watchdog.cancel()
     wall = time.perf_counter() - started
