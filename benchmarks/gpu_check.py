@@ -198,8 +198,12 @@ def _check(args, machine: Machine, model: Model, deadline: float) -> int:
         print(f"error: {out} is not a GPU check's folder and not empty: give a new or empty --out (OUT)",
               file=sys.stderr)
         return 2
-    shutil.rmtree(out, ignore_errors=True)  # the previous check's results
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for previous in out.iterdir():  # the previous check's results (the folder itself may be a mount point)
+        if previous.is_dir() and not previous.is_symlink():
+            shutil.rmtree(previous)
+        else:
+            previous.unlink()
     result = {"device": machine.device_name, "processes": machine.processes, "precision": machine.precision,
               "model": dataclasses.asdict(model), "flops_per_token": model.flops_per_token, "formula": FORMULA,
               "peak_tflops": _peak_tflops(args, machine), "peak_source": machine.peak.source if machine.peak else None,
@@ -265,6 +269,7 @@ def _write_config(run_dir: Path, engine: str, args, machine: Machine, staging: P
 
 def _loop_run(run_dir: Path, label: str, args, machine: Machine, model: Model, deadline: float) -> dict:
     _run(label, _loop_command(run_dir), deadline)
+    shutil.rmtree(run_dir / "checkpoints")  # the final weights and optimizer state, about 1 GB, of no use here
     metrics = json.loads((run_dir / "metrics.json").read_text())
     tokens_per_second = metrics["examples_per_second"] * model.context
     peak = _peak_tflops(args, machine)
