@@ -129,10 +129,11 @@ def _driver_gpus() -> int:
 
 
 def _bf16_supported() -> bool:
-    """Ampere and newer; the driver is a node of the same type as the workers."""
+    """Ampere and newer; the driver is a node of the same type as the workers. Emulated bf16 (a T4 or V100 runs it,
+    slowly) does not count: those get fp16."""
     import torch
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def _local_session(engine, config: Config):

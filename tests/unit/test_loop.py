@@ -145,6 +145,13 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(spark, tmp_path, sin
     marker = json.loads((tmp_path / "split" / "checkpoints" / "epoch-00004" / "complete.json").read_text())
     assert marker["epoch"] == 4 and marker["run_identity"]["task"] == task
 
+    # the throughput counts the examples an epoch trains: whole updates of 2 batches of 32, a short last batch short
+    per_rank = whole["train_examples"]
+    batches = -(-per_rank // config.batch_size)
+    trained = min((batches - batches % 2) * config.batch_size, per_rank)
+    assert [epoch["examples_per_second"] * epoch["train_seconds"] for epoch in whole["epochs"]] == pytest.approx(
+        [trained] * 4)
+
 
 def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_last_good_checkpoint(spark, tmp_path, single_process,
                                                                                    monkeypatch):

@@ -63,6 +63,7 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
                              data.stats, options)
     batches = ShuffledBatches(train_examples, config.batch_size, seed=config.seed + process.rank)
     steps_per_epoch = len(batches) - len(batches) % config.grad_accumulation  # an epoch ends on an update
+    examples_per_epoch = min(steps_per_epoch * config.batch_size, per_rank)  # the last batch may be short
     if steps_per_epoch == 0:
         raise ValueError(f"{per_rank} examples per rank make {len(batches)} batch(es) of {config.batch_size}, fewer "
                          f"than one accumulation window of {config.grad_accumulation}: lower --batch-size or "
@@ -106,7 +107,7 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
                                     f"{scores['held_out_loss']}): nothing of this epoch was saved. Lower "
                                     "--learning-rate, keep --grad-clip on, or train in fp32 (--precision fp32)")
             history.append({"epoch": epoch, "train_loss": train_loss, "train_seconds": seconds,
-                             "examples_per_second": steps_per_epoch * config.batch_size * process.world_size / seconds,
+                             "examples_per_second": examples_per_epoch * process.world_size / seconds,
                              "learning_rate": strategy.scheduler.get_last_lr()[0], **scores})
             tracker.log_epoch(epoch, history[-1])
             log(f"epoch {epoch:>3}/{config.epochs}  train loss {train_loss:.4f}  held-out loss "
