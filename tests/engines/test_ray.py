@@ -115,8 +115,12 @@ def test_a_failure_inside_training_shuts_ray_down_and_comes_back_as_one_line(tmp
 @pytest.mark.engine
 def test_the_language_model_trains_under_ray_train_on_one_node_and_a_retry_resumes(spark, staged_run):
     """One node: plain ray.init() on the driver, two Ray Train workers running the shared loop. A retry of a run
-    whose last epoch never completed (its checkpoint gone) resumes from the one before and ends as the first did."""
+    whose last epoch never completed (its checkpoint gone) resumes from the one before and ends as the first did.
+    Ctrl-C is the interpreter's again afterwards (Ray Train's fit() leaves its own handler behind)."""
     import shutil
+    import signal
+
+    ctrl_c = signal.getsignal(signal.SIGINT)
 
     config = staged_run(LANGUAGE, engine="ray", epochs=3)
     stage(spark, load_task(LANGUAGE), config, 2)
@@ -128,6 +132,7 @@ def test_the_language_model_trains_under_ray_train_on_one_node_and_a_retry_resum
 
         shutil.rmtree(Path(config.checkpoint_dir) / "epoch-00003")
         retried = fit(config, {}, where)
+    assert signal.getsignal(signal.SIGINT) is ctrl_c
     assert retried["resumed_from_epoch"] == 2
     assert [epoch["train_loss"] for epoch in retried["epochs"]] == pytest.approx(
         [epoch["train_loss"] for epoch in metrics["epochs"]], rel=1e-5)

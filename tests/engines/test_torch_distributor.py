@@ -10,7 +10,7 @@ import pytest
 from distributed_training.engines import LaunchError
 from distributed_training.engines.torch_distributor import ENGINE
 
-from conftest import FARE, LANGUAGE, assert_it_learned, metrics_of, output_of, train_command
+from conftest import FARE, LANGUAGE, assert_it_learned, environment, metrics_of, output_of, train_command
 
 pytestmark = pytest.mark.engine
 
@@ -35,8 +35,6 @@ def test_a_failure_in_the_workers_comes_back_as_one_clear_error(spark, staged_ru
 
 def test_train_local_runs_end_to_end_as_a_command(tmp_path):
     """With MLFLOW_TRACKING_URI naming a folder, as a user may set it: MLflow 3 takes it only when told to."""
-    from conftest import environment
-
     completed = train_command(tmp_path, "torch_distributor", FARE, "--epochs", "3",
                               env=environment(MLFLOW_TRACKING_URI=str(tmp_path / "tracking")))
     assert completed.returncode == 0, output_of(completed)

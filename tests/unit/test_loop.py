@@ -175,3 +175,17 @@ def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_last_good_checkpoin
     (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
     assert run.info.status == "FAILED"
     assert mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list") == []
+
+
+def test_two_local_runs_in_one_process_track_into_their_own_folders(spark, tmp_path, single_process, monkeypatch):
+    """MLflow's set_tracking_uri exports MLFLOW_TRACKING_URI; a second run in the same interpreter (a notebook) must
+    not take the first run's folder for the user's choice."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for name in ("first", "second"):
+        config, _ = staged(spark, resolved_config(tmp_path / name, FARE, processes=1, epochs=1, tracking=True),
+                           world_size=1, rows=200)
+        train(config)
+    import os
+
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    assert [len(list((tmp_path / name / "mlruns").glob("*/*/meta.yaml"))) for name in ("first", "second")] == [1, 1]

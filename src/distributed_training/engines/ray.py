@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,7 +162,20 @@ def fit(config: Config, environment: dict[str, str], where: RayPlacement) -> dic
                              storage_path=os.path.dirname(config.checkpoint_dir),
                              failure_config=FailureConfig(max_failures=0)),
     )
-    return failures.reported(lambda: trainer.fit().metrics, config.output_dir, where.describe())
+    with _ctrl_c_handler_kept():
+        return failures.reported(lambda: trainer.fit().metrics, config.output_dir, where.describe())
+
+
+@contextlib.contextmanager
+def _ctrl_c_handler_kept():
+    """Ray Train's fit() installs a SIGINT handler that aborts its run controller and leaves it installed: after the
+    run, Ctrl-C (a notebook's interrupt button) would call an actor that is gone. The handler before it comes back."""
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, handler)
 
 
 def _train_on_worker(loop_config: dict) -> None:

@@ -43,6 +43,7 @@ class Tracker:
     def __init__(self, config: Config, is_main: bool, environment: dict[str, str], log=print):
         self.config, self.log = config, log
         self.mlflow = None
+        self.owns_tracking_uri = False  # whether start() set the tracking URI, which finish() undoes
         if config.tracking and is_main:
             os.environ.update(environment)  # before MLflow is imported: it may read them at import time
             if is_file_store(tracking_uri(config) or os.environ.get("MLFLOW_TRACKING_URI", "databricks")):
@@ -59,6 +60,9 @@ class Tracker:
             return None
         mlflow = self.mlflow
         if tracking_uri(self.config):
+            # set_tracking_uri also exports MLFLOW_TRACKING_URI: undone in finish(), or a later run in this process
+            # (a notebook, a test) would take this run's folder for the user's choice
+            self.owns_tracking_uri = True
             mlflow.set_tracking_uri(tracking_uri(self.config))
         if resumed_run_id:
             run = mlflow.start_run(run_id=resumed_run_id)
@@ -99,6 +103,9 @@ class Tracker:
     def finish(self, succeeded: bool) -> None:
         if self.active and self.mlflow.active_run() is not None:
             self.mlflow.end_run(status="FINISHED" if succeeded else "FAILED")
+        if self.owns_tracking_uri:
+            self.mlflow.set_tracking_uri(None)
+            self.owns_tracking_uri = False
 
 
 def _import_mlflow(log):
