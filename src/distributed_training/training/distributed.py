@@ -8,6 +8,7 @@ the process group itself before the loop runs: the loop then uses that group and
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -61,7 +62,11 @@ def start(use_gpu: bool, timeout_seconds: float = 1800) -> Process:
 
 def stop(process: Process) -> None:
     if process.owns_group and dist.is_initialized():
-        dist.destroy_process_group()
+        deepspeed_comm = sys.modules.get("deepspeed.comm")
+        if deepspeed_comm is not None and deepspeed_comm.is_initialized():
+            deepspeed_comm.destroy_process_group()  # also drops DeepSpeed's references to the groups it made
+        else:
+            dist.destroy_process_group()
 
 
 def barrier(process: Process) -> None:
