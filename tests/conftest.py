@@ -32,3 +32,23 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def mlflow_uris_restored():
+    """MLflow's set_tracking_uri and set_registry_uri also export MLFLOW_TRACKING_URI / MLFLOW_REGISTRY_URI, which
+    every later test in this process would take for a user's choice: a test that sets them leaves them as it found
+    them."""
+    names = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+    before = {name: os.environ.get(name) for name in names}
+    yield
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is None or all(os.environ.get(name) == before[name] for name in names):
+        return
+    mlflow.set_tracking_uri(before["MLFLOW_TRACKING_URI"])
+    mlflow.set_registry_uri(before["MLFLOW_REGISTRY_URI"])
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
