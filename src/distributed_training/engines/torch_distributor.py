@@ -12,6 +12,9 @@ TorchDistributor pickles the function it runs and its arguments to the worker pr
 
 from __future__ import annotations
 
+import os
+import sys
+
 from ..config import Config, Placement, placement
 from ..staging import stage
 from ..task_interface import load_task
@@ -30,8 +33,8 @@ class TorchDistributorEngine(Engine):
         stage(spark, load_task(config.task), config, where.world_size)
         distributor, description = self.distributor(config, where), self.describe(where)
         metrics = failures.reported(
-            lambda: distributor.run(failures.run_recording_failure, train_on_every_rank,
-                                    failures.folder(config.output_dir), config, environment),
+            lambda: distributor.run(run_on_a_rank, train_on_every_rank, failures.folder(config.output_dir), config,
+                                    environment),
             config.output_dir, description)
         return TrainingRun(description, metrics)
 
@@ -46,6 +49,21 @@ class TorchDistributorEngine(Engine):
     def describe(self, where: Placement) -> str:
         mode = "on the driver (local_mode=True)" if where.nodes == 1 else "on the executors (local_mode=False)"
         return f"TorchDistributor, {where.describe()} {mode}, {'NCCL' if where.use_gpu else 'gloo'}"
+
+
+def run_on_a_rank(train_function, failures_dir: str, *args):
+    """What every process of the distributor runs: the loop, its failure recorded for the driver.
+
+    The distributor reads the result that each node's local rank 0 writes once this returns. The other ranks, their
+    work done and their process group closed, leave at once: in the interpreter's native teardown, while rank 0 was
+    still finishing, a finished DeepSpeed rank on CPU aborted ("terminate called without an active exception") and
+    failed a run whose every checkpoint and metric was written."""
+    result = failures.run_recording_failure(train_function, failures_dir, *args)
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return result
 
 
 ENGINE = TorchDistributorEngine()

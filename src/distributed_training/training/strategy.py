@@ -146,8 +146,7 @@ class DeepSpeed(Strategy):
             raise FileNotFoundError(f"DeepSpeed found no checkpoint {tag} in {directory}")
 
     def close(self) -> None:
-        # DeepSpeed's own teardown, while the interpreter is whole; what it keeps (buffers, hooks, group handles)
-        # is otherwise torn down at interpreter exit, where a finished gloo run was seen to abort.
+        # DeepSpeed's own teardown (its buffers and hooks), rather than whatever interpreter exit makes of them
         if hasattr(self, "model"):
             self.model.destroy()
 
