@@ -9,7 +9,6 @@ ranks' micro-batches through DDP on a single process.
 from __future__ import annotations
 
 import os
-import sys
 
 import torch
 
@@ -58,11 +57,7 @@ def ranks_train(rank: int, world_size: int, config, steps: int, per_rank: int, p
         torch.save(weights, os.path.join(results, f"rank-{rank}.pt"))
     finally:
         distributed.stop(process)
-    # The result is on disk: leave before the interpreter's native teardown, where a finished gloo rank was seen to
-    # abort ("terminate called without an active exception"), as the distributor's ranks do (run_on_a_rank).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    distributed.leave_now()  # the result is on disk
 
 
 def one_process_train(config, world_size: int, steps: int, per_rank: int) -> dict:

@@ -13,7 +13,6 @@ TorchDistributor pickles the function it runs and its arguments to the worker pr
 from __future__ import annotations
 
 import os
-import sys
 
 from ..config import Config, Placement, placement
 from ..staging import stage
@@ -54,15 +53,13 @@ class TorchDistributorEngine(Engine):
 def run_on_a_rank(train_function, failures_dir: str, *args):
     """What every process of the distributor runs: the loop, its failure recorded for the driver.
 
-    The distributor reads the result that each node's local rank 0 writes once this returns. The other ranks, their
-    work done and their process group closed, leave at once: in the interpreter's native teardown, while rank 0 was
-    still finishing, a finished DeepSpeed rank on CPU aborted ("terminate called without an active exception") and
-    failed a run whose every checkpoint and metric was written."""
+    The distributor reads the result that each node's local rank 0 writes once this returns; the other ranks, their
+    work done and their process group closed, leave at once (`distributed.leave_now`)."""
+    from ..training import distributed
+
     result = failures.run_recording_failure(train_function, failures_dir, *args)
     if os.environ.get("LOCAL_RANK", "0") != "0":
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        distributed.leave_now()
     return result
 
 

@@ -137,8 +137,6 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
     except BaseException:
         tracker.finish(succeeded=False)
         raise
-    finally:
-        strategy.close()
     tracker.finish(succeeded=True)
     return metrics
 

@@ -45,9 +45,6 @@ class Strategy:
         return torch.autocast(self.process.device.type, dtype=HALF_TYPES.get(self.precision),
                               enabled=self.precision != "fp32")
 
-    def close(self) -> None:
-        """Release what the strategy holds, however the run ended."""
-
 
 class DataParallel(Strategy):
     """One process: the model as it is. Several: DistributedDataParallel. Weights and optimizer state in float32;
@@ -144,11 +141,6 @@ class DeepSpeed(Strategy):
         path, _ = self.model.load_checkpoint(directory, tag=tag)
         if path is None:
             raise FileNotFoundError(f"DeepSpeed found no checkpoint {tag} in {directory}")
-
-    def close(self) -> None:
-        # DeepSpeed's own teardown (its buffers and hooks), rather than whatever interpreter exit makes of them
-        if hasattr(self, "model"):
-            self.model.destroy()
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         if self.model.zero_optimization_partition_weights():  # ZeRO 3: every rank holds a slice of each weight
