@@ -26,9 +26,11 @@ TORCH_LOOP_ENGINES = ("torch_distributor", "deepspeed")  # what --handoff-to-tor
 DEEPSPEED_ENGINE, SPARK_ML_ENGINE = "deepspeed", "spark_ml_connect"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OFFLOADS = ("none", "optimizer", "optimizer+weights")
+INIT_MODES = ("weights", "full")
 SPARK_ML_APIS, SPARK_ML_MODELS = ("connect", "classic"), ("linear", "gbt", "random_forest")
 DEFAULT_LOCAL_PROCESSES = 2
 LOCAL_RUNS_DIR = os.path.join("build", "local-run")
+CHECKPOINTS_DIR = "checkpoints"  # in a run's folder
 SHARED_FOLDERS = ("/Volumes/", "/dbfs/")  # what every node of a Databricks cluster reads as the same files
 MAX_NODES, MAX_PROCESSES = 256, 1024
 
@@ -99,11 +101,15 @@ class Config:
                        metavar="MODULE")
     local: bool = option(False, "train on CPU processes on a local Spark session; without --table on a sample "
                                 "table the task creates")
-    table: str | None = option(None, "the table (catalog.schema.table) or parquet path to train on (default: the "
-                                     "task's table; with --local, its sample)", metavar="NAME_OR_PATH")
-    output_dir: str | None = option(None, "staged data, checkpoints and metrics; on a cluster a folder every node "
-                                          "reads, /Volumes/<catalog>/<schema>/<volume>/<run> (default with --local: "
+    table: str | None = option(None, "the table (catalog.schema.table) or parquet path to train on (default, or "
+                                     "empty: the task's table; with --local, its sample)", metavar="NAME_OR_PATH")
+    output_dir: str | None = option(None, "this run's folder: staged data, checkpoints, metrics; on a cluster a folder "
+                                          "every node reads, /Volumes/<catalog>/<schema>/<volume>/<engine>/<job run "
+                                          "id>; a rerun into it resumes there (default with --local: "
                                           f"{LOCAL_RUNS_DIR}/<engine>)", metavar="DIR")
+    job_run_id: str | None = option(None, "the platform's id of the job run ({{job.run_id}}): recorded in MLflow and "
+                                          "metrics.json; a serverless GPU job's stage task names its config by it",
+                                    metavar="ID")
     num_nodes: int = option(1, "nodes to train on (default 1: single node first)", parse=whole(1, MAX_NODES),
                             metavar="N")
     gpus_per_node: int | None = option(None, "GPUs per node, one process each (default: the GPUs the driver sees)",
@@ -130,6 +136,14 @@ class Config:
     keep_checkpoints: int = option(2, "how many of the newest checkpoints to keep", parse=whole(1, 1000),
                                    metavar="N")
     resume: bool = option(True, "start over instead of resuming from the newest complete checkpoint in OUTPUT_DIR")
+    init_from: str | None = option(None, "start a new run from an earlier run's checkpoint: its output folder (its "
+                                         "newest complete checkpoint), its checkpoints folder, or one checkpoint "
+                                         "folder (used only while OUTPUT_DIR has no checkpoint of its own)",
+                                   metavar="PATH")
+    init_mode: str = option("weights", "what --init-from takes: weights (the model's; the optimizer, schedule and "
+                                       "epochs start fresh) or full (the whole training state and the epochs "
+                                       "reached, for a run like that one: same task, data, seed, batch and "
+                                       "processes)", choices=INIT_MODES)
     tracking: bool = option(True, "do not log params, metrics and the model to MLflow")
     mlflow_experiment: str | None = option(None, "MLflow experiment (on Databricks a workspace path; default "
                                                  "/Shared/<package> on a cluster, OUTPUT_DIR/mlruns with --local)",
@@ -161,7 +175,7 @@ class Config:
 
     @property
     def checkpoint_dir(self) -> str:
-        return os.path.join(self.output_dir, "checkpoints")
+        return os.path.join(self.output_dir, CHECKPOINTS_DIR)
 
 
 @dataclass(frozen=True)
@@ -234,6 +248,7 @@ def from_args(argv: list[str], engines: tuple[str, ...] = ENGINES) -> Config:
     args = parser_for(first.task, engines).parse_args(argv)
     values = vars(args)
     task_options = task.Options(**{spec.name: values.pop(spec.name) for spec in fields(task.Options)})
+    values["table"] = values["table"] or None  # a job passes its variable, empty for the task's own table
     return Config(**values, task_options=task_options)
 
 
@@ -270,19 +285,37 @@ def check(config: Config) -> None:
     if config.handoff_to_torchrun and config.engine not in TORCH_LOOP_ENGINES:
         raise ConfigError(f"--handoff-to-torchrun hands the torch loop to torchrun, but {config.engine} does not "
                           f"train with it: use --engine {' or '.join(TORCH_LOOP_ENGINES)}")
-    if config.handoff_to_torchrun and not config.local and not config.gpus_per_node:
-        raise ConfigError("--handoff-to-torchrun plans a run on GPU nodes this task does not see: give "
-                          "--gpus-per-node (the GPUs of one node, e.g. 8 for GPU_8xH100) and --num-nodes")
+    if config.handoff_to_torchrun and not config.local and not (config.gpus_per_node or config.processes):
+        raise ConfigError("--handoff-to-torchrun plans a run on nodes this task does not see: give --gpus-per-node "
+                          "(the GPUs of one node, e.g. 8 for GPU_8xH100) and --num-nodes, or --processes for CPU "
+                          "processes")
     if not config.local and not config.output_dir:
         raise ConfigError("--output-dir is required on a cluster: give a folder every node reads, a Unity Catalog "
                           "volume path /Volumes/<catalog>/<schema>/<volume>/<run> (or use --local)")
     if config.output_dir and ("://" in config.output_dir or config.output_dir.startswith("dbfs:")):
         raise ConfigError(f"--output-dir {config.output_dir} is a URI, but the training processes read the staged "
                           "data as files: give a path, e.g. /Volumes/<catalog>/<schema>/<volume>/<run>")
+    if config.init_mode != "weights" and not config.init_from:
+        raise ConfigError(f"--init-mode {config.init_mode} says what --init-from takes, but --init-from is not given: "
+                          "give the earlier run's folder with --init-from, or drop --init-mode")
+    if config.init_from:
+        check_init_source(config)
     if config.num_nodes > 1 and not (config.output_dir or "").startswith(SHARED_FOLDERS):
         raise ConfigError(f"--output-dir {config.output_dir} is not shared between nodes, but the ranks on all "
                           f"{config.num_nodes} nodes read the staged data from it: give a Unity Catalog volume "
                           "path, /Volumes/<catalog>/<schema>/<volume>/<run>")
+
+
+def check_init_source(config: Config) -> None:
+    """--init-from names something that exists and is not this run's own folder (a rerun resumes there itself)."""
+    source = os.path.abspath(config.init_from)
+    if not os.path.exists(source):
+        raise ConfigError(f"--init-from {config.init_from} does not exist: give an earlier run's output folder, its "
+                          "checkpoints folder, or one of its checkpoints")
+    own = os.path.abspath(config.output_dir or default_output_dir(config))
+    if source == own or source.startswith(own + os.sep):
+        raise ConfigError(f"--init-from {config.init_from} is inside this run's own --output-dir: a rerun into that "
+                          "folder resumes there by itself; drop --init-from, or give the new run another --output-dir")
 
 
 def default_output_dir(config: Config) -> str:

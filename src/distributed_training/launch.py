@@ -10,21 +10,18 @@ everything went. Errors are one line that names the fix; nothing is left half-wr
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
 import os
 import sys
 import time
-from contextlib import contextmanager
 
 from . import config as configuration
 from .config import Config, ConfigError, placement
 from .engines import LaunchError, TrainingRun, available, engine as engine_named
+from .run_folder import FolderInUse, finished_metrics, held
 from .staging import TableError
 from .task_interface import TaskError
 
 SAMPLE_TABLE_DIR = "sample_table"
-LOCK_FILE = ".train.lock"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,15 +30,23 @@ def main(argv: list[str] | None = None) -> int:
         config = configuration.from_args(sys.argv[1:] if argv is None else argv, available())
         configuration.check(config)
         config = dataclasses.replace(config, output_dir=os.path.abspath(config.output_dir or
-                                                                        configuration.default_output_dir(config)))
+                                                                        configuration.default_output_dir(config)),
+                                     init_from=config.init_from and os.path.abspath(config.init_from))
     except (ConfigError, TaskError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     started = time.perf_counter()
+    finished = finished_metrics(config.output_dir, config.engine, config.task, config.epochs) if config.resume else None
+    if finished is not None:
+        print(f"The run in {config.output_dir} has finished already: held-out loss {finished['held_out_loss']:.4f}, "
+              f"the trivial predictor's {finished['baseline_loss']:.4f} ({finished.get('metrics_file')}). Nothing to "
+              "train: to train again, give a new --output-dir (a job passes its run's own), or --no-resume to start "
+              "over there.", flush=True)
+        return 0
     try:
-        with output_folder(config.output_dir):
+        with held(config.output_dir):
             config, result = _run(config)
-    except (ConfigError, LaunchError, TableError, TaskError) as error:
+    except (ConfigError, FolderInUse, LaunchError, TableError, TaskError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1
     if result is not None:
@@ -72,34 +77,6 @@ def _run(config: Config) -> tuple[Config, TrainingRun | None]:
         # Stopped before an error is printed: what Spark logs as it winds down (cancelled jobs) comes above it.
         if spark is not None and config.local:
             spark.stop()
-
-
-@contextmanager
-def output_folder(path: str):
-    """The run's folder, created, writable and held for the run: a second run into it is refused at once. The lock
-    is the kernel's, so a run that crashes leaves nothing stuck."""
-    fix = "give this run its own --output-dir"
-    try:
-        os.makedirs(path, exist_ok=True)
-        lock = open(os.path.join(path, LOCK_FILE), "a+")
-    except OSError as error:
-        raise ConfigError(f"cannot write into --output-dir {path}: {error.strerror or error}. Give a folder this run "
-                          "can create and write (a Unity Catalog volume path on a cluster)") from None
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "another process"
-            raise ConfigError(f"{path} is in use by another training run ({holder}): wait for it to end, or "
-                              f"{fix}") from None
-        except OSError as error:  # a file system without locks (some network mounts): go on unguarded
-            if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                raise
-        lock.truncate(0)
-        lock.write(f"pid {os.getpid()} on {os.uname().nodename}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")
-        lock.flush()
-        yield
 
 
 def resolve(config: Config, engine, spark) -> Config:
@@ -162,7 +139,7 @@ def _cluster_session(config: Config):
     if config.handoff_to_torchrun:
         return spark  # the GPUs are those of the task that runs the command, not this one's
     try:
-        ensure_ready(spark, TrainingRequest(config.engine, config.num_nodes, config.gpus_per_node))
+        ensure_ready(spark, TrainingRequest(config.engine, config.num_nodes, config.gpus_per_node or 0))
     except PreflightError as error:
         raise LaunchError(str(error)) from None
     return spark

@@ -12,8 +12,12 @@ import sys
 import pytest
 
 from distributed_training import config as configuration
-from distributed_training.engines import LaunchError
-from distributed_training.engines.torchrun import CONFIG_TAG, config_of_platform_run, torchrun_command
+from distributed_training.engines import LaunchError, torchrun
+from distributed_training.engines.torchrun import config_of_platform_run, config_tag, configs_by_job_run, \
+    torchrun_command
+from distributed_training.run_folder import held
+
+from support.fake_workspace import DUMMY_TOKEN, FakeWorkspace
 
 from conftest import FARE, LANGUAGE, SUPPORT, assert_it_learned, environment, metrics_of, output_of, train_command
 
@@ -74,9 +78,10 @@ def test_one_node_is_standalone_and_several_meet_at_the_first_node(tmp_path, mon
         torchrun_command(gpu_config(tmp_path, 2), "/v/config.json")
 
 
-def test_a_node_finds_its_config_through_the_experiment_of_the_platform_s_mlflow_run(tmp_path, monkeypatch):
-    """The stage task tags the experiment; the platform opens a run in it for the GPU task and names it in
-    MLFLOW_RUN_ID. A local file store stands in for the workspace's MLflow."""
+def test_a_node_takes_the_config_of_its_own_job_run_which_the_jobs_api_names(tmp_path, monkeypatch):
+    """The stage task of each job run names its config in the experiment under the run's id; a node of the GPU task
+    asks the Jobs API which job run the MLflow run the platform opened for it belongs to. A FakeWorkspace stands in
+    for the workspace's Jobs API 2.2 (real databricks-sdk over HTTP), a local file store for its MLflow."""
     import mlflow
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -84,10 +89,39 @@ def test_a_node_finds_its_config_through_the_experiment_of_the_platform_s_mlflow
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     with pytest.raises(LaunchError, match="MLFLOW_RUN_ID is not set"):
         config_of_platform_run()
-    experiment = mlflow.set_experiment("stage-and-train")
-    run = mlflow.MlflowClient().create_run(experiment.experiment_id)
-    monkeypatch.setenv("MLFLOW_RUN_ID", run.info.run_id)
+    client = mlflow.MlflowClient()
+    experiment = mlflow.set_experiment("stage-and-train").experiment_id
+    attempt = client.create_run(experiment).info.run_id  # what the platform opens for the GPU task's attempt
+    monkeypatch.setenv("MLFLOW_RUN_ID", attempt)
     with pytest.raises(LaunchError, match="names no run config"):
         config_of_platform_run()
-    mlflow.MlflowClient().set_experiment_tag(experiment.experiment_id, CONFIG_TAG, "/Volumes/c/s/v/run/config.json")
-    assert config_of_platform_run() == "/Volumes/c/s/v/run/config.json"
+    for job_run in ("101", "102"):
+        client.set_experiment_tag(experiment, config_tag(job_run), f"/Volumes/c/s/v/{job_run}/torchrun/config.json")
+    with FakeWorkspace() as workspace:
+        monkeypatch.setenv("DATABRICKS_HOST", workspace.url)
+        monkeypatch.setenv("DATABRICKS_TOKEN", DUMMY_TOKEN)
+        for job_run, gpu_task, mlflow_run in ((101, 202, attempt), (102, 204, "a-later-runs-attempt")):
+            workspace.record_run({"job_id": 1, "run_id": job_run, "tasks": [
+                {"task_key": "stage", "run_id": gpu_task - 1, "python_wheel_task": {}},
+                {"task_key": "train", "run_id": gpu_task, "ai_runtime_task": {}}]})
+            workspace.record_output(gpu_task, {"ai_runtime_task_output": {"mlflow_run_id": mlflow_run}})
+        # A repair of the earlier run, after a later one: the newer tag is not this node's.
+        assert config_of_platform_run() == "/Volumes/c/s/v/101/torchrun/config.json"
+        workspace.record_output(202, {"ai_runtime_task_output": {"mlflow_run_id": "another-attempt"}})
+        with pytest.raises(LaunchError, match=f"none of the job runs whose stage task named a config \\(102, 101\\) "
+                                              f"runs the MLflow run {attempt}"):
+            config_of_platform_run()
+    assert configs_by_job_run({config_tag("9"): "", config_tag("100"): "", config_tag("10"): "", "other": ""}) == [
+        "100", "10", "9"]
+
+
+def test_a_second_command_into_a_folder_a_run_holds_is_refused(tmp_path, capsys):
+    """The hand-off's command takes the run's folder as `train` does (and torchrun keeps it until it ends)."""
+    config = configuration.from_args(["--engine", "torch_distributor", "--task", FARE, "--local",
+                                      "--output-dir", str(tmp_path)])
+    path = tmp_path / "torchrun" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(configuration.to_json(config)))
+    with held(str(tmp_path)):
+        assert torchrun.main(["--config", str(path)]) == 1
+    assert "is in use by another training run" in capsys.readouterr().err

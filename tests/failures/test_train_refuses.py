@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from distributed_training.launch import main, output_folder
+from distributed_training.launch import main
+from distributed_training.run_folder import held
 
 from support.runs import FARE
 
@@ -54,7 +55,7 @@ CASES = [
                                                    "--gpus-per-node", "4"), 2,
          ("--output-dir /tmp/run is not shared between nodes",)),
     Case("a-handoff-without-gpus", ("--output-dir", "/Volumes/c/s/v/run", "--handoff-to-torchrun"), 2,
-         ("--handoff-to-torchrun plans a run on GPU nodes this task does not see: give --gpus-per-node",)),
+         ("--handoff-to-torchrun plans a run on nodes this task does not see: give --gpus-per-node", "or --processes")),
     Case("deepspeed-options-for-another-engine", ("--local", "--zero-stage", "3"), 2,
          ("--zero-stage configure DeepSpeed, but the engine is torch_distributor",)),
     Case("spark-ml-options-for-another-engine", ("--local", "--spark-ml-model", "gbt"), 2,
@@ -66,8 +67,16 @@ CASES = [
          ("cannot write into --output-dir", "Give a folder this run can create and write")),
     Case("an-output-folder-another-run-holds", ("--local", "--output-dir", "{tmp}/held"), 1,
          ("is in use by another training run (pid", "give this run its own --output-dir")),
+    Case("init-from-nothing", ("--local", "--init-from", "{tmp}/no-such-run"), 2,
+         ("no-such-run does not exist: give an earlier run's output folder",)),
+    Case("init-from-this-runs-own-folder", ("--local", "--output-dir", "{tmp}/a-file/..", "--init-from",
+                                            "{tmp}/a-file"), 2,
+         ("is inside this run's own --output-dir: a rerun into that folder resumes there by itself",)),
+    Case("init-mode-without-init-from", ("--local", "--init-mode", "full"), 2,
+         ("--init-mode full says what --init-from takes, but --init-from is not given",)),
+    usage("an-unknown-init-mode", "--init-mode", "optimizer", "invalid choice: 'optimizer'"),
 ]
-MIN_CASES = 25
+MIN_CASES = 29
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -76,7 +85,7 @@ def test_train_refuses_it_before_anything_starts(case, tmp_path, monkeypatch, ca
     (tmp_path / "a-file").write_text("not a folder")
     options = [option.replace("{tmp}", str(tmp_path)) for option in case.options]
     started = time.perf_counter()
-    with output_folder(str(tmp_path / "held")):  # another run, holding its folder for as long as it trains
+    with held(str(tmp_path / "held")):  # another run, holding its folder for as long as it trains
         try:
             code = main([*TRAIN, *options])
         except SystemExit as exit_:  # argparse's usage errors

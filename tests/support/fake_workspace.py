@@ -13,6 +13,9 @@ through the real `databricks-sdk` `WorkspaceClient` (host=http://127.0.0.1:PORT,
 and 404 ENDPOINT_NOT_FOUND to anything else. /api/ calls need `Authorization: Bearer <DUMMY_TOKEN>`.
 
 What a run does is scripted: `ScriptedRun.snapshots` are what runs/get answers, one per call, the last repeating.
+Or it is recorded as it happens (`record_run`, `record_output`): the local platform of `local_platform.py` runs a
+bundle's jobs for real and writes each job run and task run here, so that code running in a task can ask the Jobs
+API about its own run, as it would on the workspace.
 Transient failures are queued per path with `fail_next`, answers that never come (until the fake closes) with
 `stall_next`. Every request is recorded in `requests`.
 """
@@ -94,6 +97,8 @@ class FakeWorkspace:
         self._task_runs: dict[int, tuple[_Run, str]] = {}
         self._runs_by_token: dict[str, int] = {}
         self._next_id = 1000
+        self._recorded_runs: dict[int, dict] = {}  # job run id -> runs/get's answer
+        self._recorded_outputs: dict[int, dict] = {}  # task run id -> runs/get-output's answer
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
@@ -123,6 +128,16 @@ class FakeWorkspace:
             "settings": {"name": name, "tags": tags or {}, "max_concurrent_runs": 1, "format": "MULTI_TASK",
                          "tasks": [{"task_key": key} for key in tasks]},
         }
+
+    def record_run(self, run: dict) -> None:
+        """A job run as runs/get answers it (its `run_id`, `job_id`, `tasks`: each with `task_key`, `run_id`, ...)."""
+        with self._lock:
+            self._recorded_runs[int(run["run_id"])] = run
+
+    def record_output(self, task_run_id: int, output: dict) -> None:
+        """What runs/get-output answers for a task run (beside its metadata)."""
+        with self._lock:
+            self._recorded_outputs[int(task_run_id)] = output
 
     def script_runs(self, *scripts: ScriptedRun) -> None:
         """What the next runs started by run-now do, in order."""
@@ -216,6 +231,8 @@ class FakeWorkspace:
         return 200, {"run_id": run_id, "number_in_job": run_id}
 
     def _get_run(self, query, body):
+        if int(query["run_id"]) in self._recorded_runs:
+            return 200, self._recorded_runs[int(query["run_id"])]
         run = self._runs.get(int(query["run_id"]))
         if run is None:
             return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Run {query['run_id']} does not exist."}
@@ -228,7 +245,9 @@ class FakeWorkspace:
 
     def _get_run_output(self, query, body):
         run_id = int(query["run_id"])
-        if run_id in self._runs:
+        if run_id in self._recorded_outputs:
+            return 200, {"metadata": {"run_id": run_id}, **self._recorded_outputs[run_id]}
+        if run_id in self._runs or run_id in self._recorded_runs:
             return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": "Retrieving the output of runs with "
                          "multiple tasks is not supported. Please retrieve the output of each individual task run "
                          "instead."}

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from distributed_training import config as configuration
-from distributed_training.config import Config, ConfigError
-from distributed_training.launch import main, output_folder
+from distributed_training.config import Config
+from distributed_training.launch import main
+from distributed_training.run_folder import FolderInUse, held
 
 from support.runs import FARE, LANGUAGE
 
@@ -53,9 +54,9 @@ def test_the_run_s_config_reads_back_the_same_from_json(tmp_path):
 
 
 def test_a_folder_in_use_is_refused_at_once_and_freed_when_its_run_ends(tmp_path):
-    with output_folder(str(tmp_path)):
-        with pytest.raises(ConfigError, match="in use by another training run \\(pid .*own --output-dir"):
-            with output_folder(str(tmp_path)):
+    with held(str(tmp_path)):
+        with pytest.raises(FolderInUse, match="in use by another training run \\(pid .*own --output-dir"):
+            with held(str(tmp_path)):
                 pass
-    with output_folder(str(tmp_path)):  # the first run ended: the folder is free again
+    with held(str(tmp_path)):  # the first run ended: the folder is free again
         pass

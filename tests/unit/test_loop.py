@@ -189,3 +189,37 @@ def test_two_local_runs_in_one_process_track_into_their_own_folders(spark, tmp_p
 
     assert "MLFLOW_TRACKING_URI" not in os.environ
     assert [len(list((tmp_path / name / "mlruns").glob("*/*/meta.yaml"))) for name in ("first", "second")] == [1, 1]
+
+
+def test_a_new_run_starts_from_an_earlier_runs_weights_or_its_whole_state(spark, tmp_path, single_process):
+    """--init-from: weights alone (a fresh optimizer, schedule and epoch count), or the whole state of a run like it;
+    a run that differs is refused with what differs; and a rerun of the new run resumes its own checkpoint."""
+    earlier, _ = staged(spark, resolved_config(tmp_path / "earlier", FARE, processes=1, epochs=2), world_size=1,
+                        rows=600)
+    first = train(earlier)
+
+    # Weights alone, with a learning rate too small to move them: the new run scores what the earlier one ended with.
+    still = dataclasses.replace(earlier, output_dir=str(tmp_path / "weights"), init_from=earlier.output_dir,
+                                learning_rate=1e-12, epochs=1)
+    staged(spark, still, world_size=1, rows=600)
+    warm = train(still)
+    assert warm["held_out_loss"] == pytest.approx(first["held_out_loss"], rel=1e-4)
+    assert [epoch["epoch"] for epoch in warm["epochs"]] == [1] and warm["init_from"] == earlier.output_dir
+    cold = train(dataclasses.replace(still, output_dir=str(tmp_path / "weights-cold"), init_from=None))
+    assert cold["held_out_loss"] > 2 * first["held_out_loss"]  # the same run without them learns nothing
+
+    # The whole state of one checkpoint: the epochs go on from it, in a run of its own (a new MLflow run).
+    onward = dataclasses.replace(earlier, output_dir=str(tmp_path / "full"), epochs=3, init_mode="full",
+                                 init_from=str(tmp_path / "earlier" / "checkpoints" / "epoch-00001"))
+    staged(spark, onward, world_size=1, rows=600)
+    continued = train(onward)
+    assert [epoch["epoch"] for epoch in continued["epochs"]] == [1, 2, 3] and continued["resumed_from_epoch"] == 1
+    assert continued["epochs"][0] == first["epochs"][0]  # epoch 1 is the earlier run's own history
+
+    again = train(onward)  # a rerun into its folder resumes its own newest checkpoint, not the earlier run's
+    assert again["resumed_from_epoch"] == 3
+
+    other = dataclasses.replace(onward, output_dir=str(tmp_path / "other-seed"), seed=7)
+    staged(spark, other, world_size=1, rows=600)
+    with pytest.raises(RuntimeError, match=r"belongs to another run \(.*seed: 42 -> 7.*--init-mode weights"):
+        train(other)

@@ -2,16 +2,24 @@
 have no Spark (`python -m <package>.engines.torchrun`).
 
 A serverless GPU job has two tasks. `stage` (serverless compute with Spark, no torch) runs `train --engine E
---handoff-to-torchrun`: it stages the table into the target's volume, writes the run's config beside it
-(OUTPUT_DIR/torchrun/config.json) and names that file in the MLflow experiment the GPU task logs to (the experiment's
-tag `torchrun_config`). `train`, an `ai_runtime_task`, runs the project's `src/command.sh` on every node, which runs
-this module: it reads the config that the experiment of the platform's MLflow run (MLFLOW_RUN_ID) names, and starts
-torchrun with a process per GPU. The platform passes the command no parameters, and the target's volume (its name
-holds the deploying user's in dev) is only known at run time: the experiment is what both tasks share.
+--handoff-to-torchrun --job-run-id {{job.run_id}}`: it stages the table into the job run's own folder of the target's
+volume, writes the run's config beside it (OUTPUT_DIR/torchrun/config.json) and names that file in the MLflow
+experiment the GPU task logs to, under a tag of its own job run (`torchrun_config.<job run id>`). `train`, an
+`ai_runtime_task`, runs the project's `src/command.sh` on every node, which runs this module: it finds which job run
+it belongs to and reads that run's config, then starts torchrun with a process per GPU.
+
+Why this channel: the AI Runtime passes its command no parameters, and the files it reads beside `command.sh`
+(`env_vars.json`, `hyperparameters.yaml`) are deployed once for every run, so neither can say which job run a node
+serves. What the platform does give each attempt of the GPU task is its own MLflow run (MLFLOW_RUN_ID), in the
+experiment both tasks name; the Jobs API links a job run's GPU task to that MLflow run (runs/get-output:
+`ai_runtime_task_output.mlflow_run_id`). So a node asks the Jobs API which of the job runs that left a config in the
+experiment is running it, and takes that run's config: two runs, or a repair of an earlier run after a later one,
+never take each other's config or staged data.
 
 With --local, and anywhere else, the config file is given: `train --handoff-to-torchrun` also writes
 OUTPUT_DIR/torchrun/command.sh, which runs `python -m <package>.engines.torchrun --config OUTPUT_DIR/torchrun/
-config.json`. torchrun then runs this module again with --worker in each process, which trains.
+config.json`. torchrun then runs this module again with --worker in each process, which trains. The first node
+holds the run's folder (as `train` does) for as long as torchrun runs.
 """
 
 from __future__ import annotations
@@ -24,12 +32,14 @@ import sys
 
 from ..config import Config, from_json, placement, to_json
 from ..files import write_json, write_text
+from ..run_folder import FolderInUse, finished_metrics, held
 from ..staging import stage
 from ..task_interface import load_task
 from . import LaunchError
 
 HANDOFF_DIR, CONFIG_FILE, COMMAND_FILE = "torchrun", "config.json", "command.sh"
 CONFIG_TAG = "torchrun_config"
+KEPT_CONFIGS = 50  # the job runs whose configs the experiment keeps naming: the newest, for repairs
 MASTER_PORT = "29400"
 MODULE = f"{__package__}.torchrun"  # this module by name: run as `-m`, its __name__ is __main__
 
@@ -52,22 +62,40 @@ def hand_off(spark, config: Config, environment: dict[str, str]) -> str:
 
 
 def _publish(config: Config, config_path: str, environment: dict[str, str]) -> None:
-    """Name the config in the MLflow experiment that the GPU task's run belongs to."""
+    """Name the config in the MLflow experiment that the GPU task's run belongs to, under this job run's tag; drop
+    the tags of all but the newest KEPT_CONFIGS job runs."""
     from ..training.tracking import experiment_name
 
+    if not config.job_run_id:
+        raise LaunchError("the stage task names the run's config by its job run, but no --job-run-id was given: "
+                          "pass --job-run-id {{job.run_id}} in the task's parameters")
     os.environ.update(environment)
     try:
         import mlflow
     except ImportError:
         raise LaunchError("the stage task names the run's config in MLflow for the GPU task, but mlflow does not "
                           "import here: add mlflow-skinny to the stage task's environment") from None
+    client = mlflow.MlflowClient()
     experiment = mlflow.set_experiment(experiment_name(config))
-    mlflow.MlflowClient().set_experiment_tag(experiment.experiment_id, CONFIG_TAG, config_path)
-    print(f"MLflow: experiment {experiment.name} names it ({CONFIG_TAG})", flush=True)
+    client.set_experiment_tag(experiment.experiment_id, config_tag(config.job_run_id), config_path)
+    for job_run in configs_by_job_run(client.get_experiment(experiment.experiment_id).tags)[KEPT_CONFIGS:]:
+        client.delete_experiment_tag(experiment.experiment_id, config_tag(job_run))
+    print(f"MLflow: experiment {experiment.name} names it ({config_tag(config.job_run_id)})", flush=True)
+
+
+def config_tag(job_run_id: str) -> str:
+    return f"{CONFIG_TAG}.{job_run_id}"
+
+
+def configs_by_job_run(tags: dict[str, str]) -> list[str]:
+    """The job runs whose configs an experiment names, newest (the highest id) first."""
+    runs = [tag[len(CONFIG_TAG) + 1:] for tag in tags if tag.startswith(CONFIG_TAG + ".")]
+    return sorted(runs, key=lambda run: (len(run), run), reverse=True)
 
 
 def config_of_platform_run() -> str:
-    """The config that the experiment of the platform's MLflow run names (a serverless GPU task's nodes)."""
+    """The config of the job run this node serves (a serverless GPU task's nodes): the experiment of the platform's
+    MLflow run names a config per job run, and the Jobs API says which job run this MLflow run belongs to."""
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
         raise LaunchError("no --config was given and MLFLOW_RUN_ID is not set: on a serverless GPU task the platform "
@@ -76,11 +104,35 @@ def config_of_platform_run() -> str:
 
     client = mlflow.MlflowClient()
     experiment = client.get_experiment(client.get_run(run_id).info.experiment_id)
-    if CONFIG_TAG not in experiment.tags:
-        raise LaunchError(f"the experiment {experiment.name} names no run config ({CONFIG_TAG}): the stage task "
-                          "(`train --handoff-to-torchrun`) writes it; check that it ran with the same "
-                          "--mlflow-experiment as this task's experiment")
-    return experiment.tags[CONFIG_TAG]
+    job_runs = configs_by_job_run(experiment.tags)
+    if not job_runs:
+        raise LaunchError(f"the experiment {experiment.name} names no run config ({CONFIG_TAG}.<job run id>): the "
+                          "stage task (`train --handoff-to-torchrun --job-run-id {{job.run_id}}`) writes it; check "
+                          "that it ran with the same --mlflow-experiment as this task's experiment")
+    return experiment.tags[config_tag(job_run_of(run_id, job_runs))]
+
+
+def job_run_of(mlflow_run_id: str, job_runs: list[str]) -> str:
+    """Which of `job_runs` runs the GPU task whose MLflow run is `mlflow_run_id`, by the Jobs API (runs/get, then
+    runs/get-output of each of its AI Runtime tasks). The SDK's own retries and timeouts bound every request."""
+    from databricks.sdk import WorkspaceClient
+
+    api = WorkspaceClient().api_client
+    for job_run in job_runs:
+        try:
+            tasks = api.do("GET", "/api/2.2/jobs/runs/get", query={"run_id": job_run}).get("tasks", [])
+        except Exception as error:  # a run deleted since: not this one
+            print(f"warning: cannot read job run {job_run} ({str(error).splitlines()[0]}): skipped", flush=True)
+            continue
+        for task in tasks:
+            if "ai_runtime_task" not in task:
+                continue
+            output = api.do("GET", "/api/2.2/jobs/runs/get-output", query={"run_id": task["run_id"]})
+            if output.get("ai_runtime_task_output", {}).get("mlflow_run_id") == mlflow_run_id:
+                return job_run
+    raise LaunchError(f"none of the job runs whose stage task named a config ({', '.join(job_runs)}) runs the MLflow "
+                      f"run {mlflow_run_id}: its stage task did not run, or it ran more than {KEPT_CONFIGS} job runs "
+                      "ago; repair the job run with its stage task")
 
 
 def torchrun_command(config: Config, config_path: str) -> list[str]:
@@ -120,6 +172,24 @@ def main(argv: list[str] | None = None) -> int:
 
         train(config)
         return 0
+    finished = finished_metrics(config.output_dir, config.engine, config.task, config.epochs) if config.resume \
+        else None
+    if finished is not None:
+        print(f"The run in {config.output_dir} has finished already ({finished.get('metrics_file')}): nothing to "
+              "train", flush=True)
+        return 0
+    if os.environ.get("NODE_RANK", "0") != "0":  # the first node holds the folder for the run
+        return _exec(config, command)
+    try:
+        with held(config.output_dir, inheritable=True):
+            return _exec(config, command)
+    except FolderInUse as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _exec(config: Config, command: list[str]) -> int:
+    """Become torchrun (with the folder's lock, when held: torchrun keeps it until it exits)."""
     if not placement(config).use_gpu and config.engine == "deepspeed":
         from .deepspeed import build_cpu_communication_op
 

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 
+from ..config import CHECKPOINTS_DIR
 from ..files import write_json
 from . import distributed
 
@@ -29,6 +30,42 @@ TAG = re.compile(r"^epoch-(\d+)$")
 
 def tag_of(epoch: int) -> str:
     return f"epoch-{epoch:05d}"
+
+
+def epoch_of(tag: str) -> int:
+    return int(TAG.match(tag).group(1))
+
+
+def read_marker(directory: str, tag: str) -> dict | None:
+    try:
+        with open(os.path.join(directory, tag, MARKER)) as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return None
+
+
+def named_checkpoint(path: str) -> tuple[str, str]:
+    """(checkpoints folder, tag) of what --init-from names: one checkpoint (the folder with its completion marker),
+    or the newest complete one in a checkpoints folder or in a run's output folder."""
+    path = os.path.abspath(path)
+    if TAG.match(os.path.basename(path)) and os.path.exists(os.path.join(path, MARKER)):
+        return os.path.dirname(path), os.path.basename(path)
+    for directory in (path, os.path.join(path, CHECKPOINTS_DIR)):
+        epochs = complete_epochs(directory)
+        if epochs:
+            return directory, tag_of(epochs[0])
+    raise CheckpointFolderError(f"--init-from {path} holds no complete checkpoint (a folder epoch-NNNNN with "
+                                f"{MARKER}): give an earlier run's output folder, its {CHECKPOINTS_DIR} folder or one "
+                                "of its checkpoints")
+
+
+def _differences(theirs, ours: dict) -> str:
+    """What differs between a checkpoint's run identity and this run's, as `name: theirs -> ours`."""
+    if not isinstance(theirs, dict):
+        return "it records no run identity"
+    changed = [f"{name}: {theirs.get(name)!r} -> {ours.get(name)!r}" for name in sorted({*theirs, *ours})
+               if theirs.get(name) != ours.get(name)]
+    return "; ".join(changed)
 
 
 def complete_epochs(directory: str) -> list[int]:
@@ -82,37 +119,42 @@ class Checkpoints:
         distributed.barrier(self.process)
 
     def resume(self, strategy) -> dict | None:
-        """Load the newest checkpoint that loads on every rank; its marker (epoch and progress), or None."""
-        for epoch in complete_epochs(self.directory):
+        """Load this run's newest checkpoint that loads on every rank; its marker (epoch and progress), or None."""
+        fix = "give this run its own output folder, or turn resuming off (--no-resume) to start over there"
+        return self._load_newest(strategy, self.directory, complete_epochs(self.directory), "resuming from", fix)
+
+    def continue_from(self, strategy, directory: str, tag: str) -> dict:
+        """--init-from PATH --init-mode full: load an earlier run's checkpoint, whole, into this new run."""
+        fix = "start from its weights alone (--init-mode weights), or train with the settings that run had"
+        marker = self._load_newest(strategy, directory, [epoch_of(tag)], f"--init-from {directory}: starting from",
+                                   fix)
+        if marker is None:
+            raise RuntimeError(f"--init-from: the checkpoint {os.path.join(directory, tag)} does not load on every "
+                               "rank: give another checkpoint of that run")
+        return marker
+
+    def _load_newest(self, strategy, directory: str, epochs: list[int], doing: str, fix: str) -> dict | None:
+        for epoch in epochs:
             tag = tag_of(epoch)
-            marker = self._read_marker(tag)
+            marker = read_marker(directory, tag)
             if marker is not None and marker.get("run_identity") != self.run_identity:
                 raise RuntimeError(
-                    f"the checkpoint {os.path.join(self.directory, tag)} belongs to another run "
-                    f"({marker.get('run_identity')}, this one is {self.run_identity}): give this run its own "
-                    "output folder, or turn resuming off (--no-resume) to start over there"
-                )
-            loaded = marker is not None and self._load(strategy, tag)
+                    f"the checkpoint {os.path.join(directory, tag)} belongs to another run "
+                    f"({_differences(marker.get('run_identity'), self.run_identity)}): {fix}")
+            loaded = marker is not None and self._load(strategy, directory, tag)
             if distributed.min_over_ranks(self.process, int(loaded)) == 1:
-                self.log(f"resuming from the checkpoint of epoch {epoch} ({os.path.join(self.directory, tag)})")
+                self.log(f"{doing} the checkpoint of epoch {epoch} ({os.path.join(directory, tag)})")
                 return marker
             self.log(f"warning: the checkpoint of epoch {epoch} does not load on every rank: skipped, "
                      "trying the one before it")
         return None
 
-    def _read_marker(self, tag: str) -> dict | None:
+    def _load(self, strategy, directory: str, tag: str) -> bool:
         try:
-            with open(os.path.join(self.directory, tag, MARKER)) as file:
-                return json.load(file)
-        except (OSError, ValueError):
-            return None
-
-    def _load(self, strategy, tag: str) -> bool:
-        try:
-            strategy.load(self.directory, tag)
+            strategy.load(directory, tag)
             return True
         except Exception as error:  # a truncated zip, a bad pickle, a missing shard: all mean "not this one"
-            print(f"warning: rank {self.process.rank} cannot load {os.path.join(self.directory, tag)}: "
+            print(f"warning: rank {self.process.rank} cannot load {os.path.join(directory, tag)}: "
                   f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", flush=True)
             return False
 

@@ -23,7 +23,7 @@ from ..config import Config, placement
 from ..files import write_json
 from ..task_interface import check_metrics, load_task
 from . import distributed, strategy as strategies
-from .checkpoints import Checkpoints
+from .checkpoints import Checkpoints, complete_epochs, named_checkpoint
 from .data import StagedData, read_shard
 from .deepspeed_config import deepspeed_config, offload_of
 from .tracking import Tracker
@@ -71,12 +71,20 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
     updates = config.epochs * steps_per_epoch // config.grad_accumulation
 
     strategy = strategies.create(config, process)
-    strategy.prepare(task.build_model(data.stats, options),
-                     lambda model: adamw(model, config.learning_rate, config.weight_decay),
+    model = task.build_model(data.stats, options)
+    # --init-from: a new run starts from an earlier run's checkpoint; a rerun of this run resumes its own instead.
+    own = complete_epochs(config.checkpoint_dir) if config.resume else []
+    source = named_checkpoint(config.init_from) if config.init_from and not own else None
+    if source and config.init_mode == "weights":
+        load_weights(model, strategies.checkpoint_weights(*source), os.path.join(*source))
+        log(f"--init-from: the model starts from the weights of {os.path.join(*source)}")
+    strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay),
                      warmup_then_cosine(updates, config.warmup_fraction))
     checkpoints = Checkpoints(config.checkpoint_dir, process, config.keep_checkpoints, run_identity(config, data,
                               process), log)
     resumed = checkpoints.resume(strategy) if config.resume else None
+    if source and config.init_mode == "full":  # that run's progress, but this run's own MLflow run
+        resumed = {**checkpoints.continue_from(strategy, *source), "mlflow_run_id": None}
     history = resumed["history"] if resumed else []
     tracker = Tracker(config, process.is_main, environment, log)
     run_id = tracker.start(params(config, data, process, per_rank), resumed.get("mlflow_run_id") if resumed else None)
@@ -125,7 +133,7 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
             "examples_per_second": steady_throughput(history),
             "seconds": round(distributed.max_over_ranks(process, time.perf_counter() - started), 2),
             "staged_data": data.directory, "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
-            "mlflow_run_id": run_id,
+            "mlflow_run_id": run_id, "job_run_id": config.job_run_id, "init_from": config.init_from,
         }
         weights = strategy.full_state_dict()  # a collective under ZeRO 3: every rank takes part
         if process.is_main:
@@ -139,6 +147,19 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
         raise
     tracker.finish(succeeded=True)
     return metrics
+
+
+def load_weights(model: torch.nn.Module, weights: dict, source: str) -> None:
+    """An earlier run's weights into this run's model: every parameter and buffer, with the same shapes."""
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
+    reshaped = sorted(name for name in set(own) & set(weights) if own[name].shape != weights[name].shape)
+    if missing or unexpected or reshaped:
+        found = "; ".join(f"{what} {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}" for what, names in
+                          (("missing", missing), ("unexpected", unexpected), ("other shapes", reshaped)) if names)
+        raise ValueError(f"--init-from {source}: its weights do not fit this run's model ({found}): start from a run "
+                         "of the same task and model options")
+    model.load_state_dict(weights)
 
 
 def adamw(model: torch.nn.Module, learning_rate: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -231,7 +252,8 @@ def params(config: Config, data: StagedData, process: distributed.Process, per_r
                 **{name: getattr(config, name) for name in ("epochs", "batch_size", "grad_accumulation",
                                                             "learning_rate", "weight_decay", "warmup_fraction",
                                                             "grad_clip", "seed")},
-                **{f"task.{name}": value for name, value in asdict(config.task_options).items()}}
+                **{f"task.{name}": value for name, value in asdict(config.task_options).items()},
+                **({"init_from": config.init_from, "init_mode": config.init_mode} if config.init_from else {})}
     if config.engine == "deepspeed":
         zero = deepspeed_config(config, process.world_size, config.precision)["zero_optimization"]
         recorded.update(zero_stage=zero["stage"], offload=offload_of(zero))

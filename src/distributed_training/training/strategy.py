@@ -150,6 +150,19 @@ class DeepSpeed(Strategy):
         return {name: value.detach().float().cpu() for name, value in state.items()}
 
 
+def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
+    """The model's float32 weights in a checkpoint either strategy wrote (--init-from reads them on every rank)."""
+    state_file = os.path.join(directory, tag, STATE_FILE)
+    if os.path.exists(state_file):
+        return torch.load(state_file, map_location="cpu", weights_only=True)["model"]
+    try:  # DeepSpeed's own layout: the weights rebuilt from its fp32 master copy, whatever the ZeRO stage
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    except ImportError:
+        raise FileNotFoundError(f"{os.path.join(directory, tag)} holds no {STATE_FILE}; if DeepSpeed wrote it, "
+                                "reading it needs deepspeed installed") from None
+    return dict(get_fp32_state_dict_from_zero_checkpoint(directory, tag=tag))
+
+
 def create(config, process: Process) -> Strategy:
     """DeepSpeed for the deepspeed engine, DDP for every other (a resolved config: its precision is set)."""
     if config.engine == "deepspeed":

@@ -3,7 +3,8 @@
 Where to: with --local (and no MLFLOW_TRACKING_URI) a file store under the output folder; elsewhere the environment's
 tracking server (`databricks` on a cluster). A resumed run continues the MLflow run it started (its id is kept in the
 checkpoints), so one training is one MLflow run however often it restarts; where the platform opened a run for the
-task (MLFLOW_RUN_ID, as a serverless GPU task does), the loop logs into that one.
+task (MLFLOW_RUN_ID, as a serverless GPU task does for each attempt), the loop logs into that one. A job's run is
+tagged with the job run's id (`job_run_id`).
 
 MLflow is optional: without it the run says so once and trains on, untracked.
 """
@@ -15,12 +16,22 @@ import os
 from ..config import Config
 
 LOCAL_TRACKING_DIR = "mlruns"
+JOB_RUN_TAG = "job_run_id"  # the platform's job run that trained it
+
+
+WORKSPACE_PREFIX = "/Workspace/"
 
 
 def experiment_name(config: Config) -> str:
-    """--mlflow-experiment, else one per project: a workspace path on a cluster, a plain name in a file store."""
+    """--mlflow-experiment, else one per project: a workspace path on a cluster, a plain name in a file store.
+
+    MLflow on Databricks names a workspace experiment by its path without the `/Workspace` prefix, which the bundle's
+    `${workspace.root_path}` carries; `set_experiment` with the prefix is reported to create the experiment on the
+    first call and to fail on every later one (mlflow/mlflow#11077, terraform-provider-databricks#4601). So the
+    prefix goes, here and nowhere else: every run of a job finds the experiment its first run created."""
     package = __package__.split(".")[0]
-    return config.mlflow_experiment or (package if config.local else f"/Shared/{package}")
+    name = config.mlflow_experiment or (package if config.local else f"/Shared/{package}")
+    return "/" + name[len(WORKSPACE_PREFIX):] if name.startswith(WORKSPACE_PREFIX) else name
 
 
 def tracking_uri(config: Config) -> str | None:
@@ -64,13 +75,16 @@ class Tracker:
             # (a notebook, a test) would take this run's folder for the user's choice
             self.owns_tracking_uri = True
             mlflow.set_tracking_uri(tracking_uri(self.config))
-        if resumed_run_id:
+        platform_run = os.environ.get("MLFLOW_RUN_ID")  # a serverless GPU task's: each attempt gets its own
+        if resumed_run_id and not platform_run:
             run = mlflow.start_run(run_id=resumed_run_id)
         else:
-            if not os.environ.get("MLFLOW_RUN_ID"):  # start_run() takes the platform's run from it
+            if not platform_run:  # start_run() takes the platform's run from it
                 mlflow.set_experiment(experiment_name(self.config))
             run = mlflow.start_run()
             mlflow.log_params(params)
+            if self.config.job_run_id:
+                mlflow.set_tag(JOB_RUN_TAG, self.config.job_run_id)
         self.log(f"MLflow: run {run.info.run_id} in experiment {run.info.experiment_id} at "
                  f"{mlflow.get_tracking_uri()}")
         return run.info.run_id

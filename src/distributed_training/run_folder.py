@@ -1,0 +1,72 @@
+"""A run's folder (--output-dir): what one run owns, held while it trains, and whether it has finished.
+
+On a job, the folder is the job run's own, `<volume>/<engine>/<job run id>` (the job passes `{{job.run_id}}`): a retry
+or a repair of that job run keeps its id, finds its folder and resumes there; a new run gets a new id and a new
+folder, and starts fresh (or from an earlier run's checkpoint, with --init-from). So every folder holds one run's
+staged data, checkpoints, metrics and MLflow run, and two runs never mix.
+
+A run into a folder whose run has finished (its metrics.json is written, for as many epochs as asked) has nothing to
+train: it reports those metrics and ends, so a repair that reruns a finished task costs nothing and changes nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+
+LOCK_FILE = ".train.lock"
+METRICS_FILE = "metrics.json"
+
+
+class FolderInUse(ValueError):
+    """Another run holds the folder, or it cannot be written: the message names the fix."""
+
+
+@contextmanager
+def held(path: str, inheritable: bool = False):
+    """The run's folder, created, writable and held for the run: a second run into it is refused at once. The lock
+    is the kernel's, so a run that crashes leaves nothing stuck. `inheritable`: the lock passes to a program this
+    process execs (torchrun, which then holds it for as long as it trains)."""
+    fix = "give this run its own --output-dir"
+    try:
+        os.makedirs(path, exist_ok=True)
+        lock = open(os.path.join(path, LOCK_FILE), "a+")
+    except OSError as error:
+        raise FolderInUse(f"cannot write into --output-dir {path}: {error.strerror or error}. Give a folder this run "
+                          "can create and write (a Unity Catalog volume path on a cluster)") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise FolderInUse(f"{path} is in use by another training run ({holder}): wait for it to end, or "
+                              f"{fix}") from None
+        except OSError as error:  # a file system without locks (some network mounts): go on unguarded
+            if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()} on {os.uname().nodename}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        lock.flush()
+        if inheritable:
+            os.set_inheritable(lock.fileno(), True)
+        yield
+
+
+def finished_metrics(output_dir: str, engine: str, task: str, epochs: int) -> dict | None:
+    """The metrics of the run that finished in `output_dir` with this engine and task, for at least `epochs` epochs;
+    None when there is none (no metrics yet, another engine or task, or fewer epochs: a longer run continues)."""
+    try:
+        with open(os.path.join(output_dir, METRICS_FILE)) as file:
+            metrics = json.load(file)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(metrics, dict) or metrics.get("engine") != engine or metrics.get("task", task) != task:
+        return None
+    final = metrics.get("final") if isinstance(metrics.get("final"), dict) else {}
+    done = final.get("epoch", epochs)  # Spark ML fits once: no epochs
+    return metrics if isinstance(done, int) and done >= epochs else None

@@ -1,0 +1,51 @@
+"""A run's folder: held while a run trains in it, and a run into a folder whose run finished trains nothing."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from distributed_training.launch import main
+from distributed_training.run_folder import finished_metrics
+from distributed_training.training.tracking import experiment_name
+
+from support.runs import FARE, resolved_config
+
+
+def write_metrics(folder, **fields):
+    folder.mkdir(parents=True, exist_ok=True)
+    metrics = {"engine": "torch_distributor", "task": FARE, "held_out_loss": 0.5, "baseline_loss": 2.0,
+               "final": {"epoch": 3}, "metrics_file": str(folder / "metrics.json"), **fields}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_a_finished_run_is_one_of_the_same_engine_task_and_at_least_the_epochs_asked(tmp_path):
+    write_metrics(tmp_path)
+    assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 3)["held_out_loss"] == 0.5
+    assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 2) is not None
+    assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 5) is None  # a longer run goes on
+    assert finished_metrics(str(tmp_path), "deepspeed", FARE, 3) is None
+    assert finished_metrics(str(tmp_path), "torch_distributor", "another.task", 3) is None
+    assert finished_metrics(str(tmp_path / "nothing"), "torch_distributor", FARE, 3) is None
+    (tmp_path / "metrics.json").write_text("{half a fi")
+    assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 3) is None
+
+
+def test_train_into_a_finished_runs_folder_reports_it_and_starts_nothing(tmp_path, capsys):
+    write_metrics(tmp_path / "run")
+    started = time.perf_counter()
+    code = main(["--engine", "torch_distributor", "--task", FARE, "--local", "--epochs", "3",
+                 "--output-dir", str(tmp_path / "run")])
+    assert code == 0 and time.perf_counter() - started < 5  # no Spark, no training process
+    out = capsys.readouterr().out
+    assert "has finished already: held-out loss 0.5000" in out and "give a new --output-dir" in out
+
+
+def test_mlflow_experiments_are_named_without_the_workspace_prefix(tmp_path):
+    """${workspace.root_path} starts with /Workspace; MLflow on Databricks names experiments without it, and
+    set_experiment with it is reported to fail on every call after the first (mlflow/mlflow#11077)."""
+    named = lambda name: experiment_name(resolved_config(tmp_path, mlflow_experiment=name, local=False))  # noqa: E731
+    assert named("/Workspace/Users/me@example.com/.bundle/p/dev/p-ray") == "/Users/me@example.com/.bundle/p/dev/p-ray"
+    assert named("/Users/me@example.com/exp") == "/Users/me@example.com/exp"
+    assert named("/Workspaces-of-mine/exp") == "/Workspaces-of-mine/exp"
+    assert named(None) == "/Shared/distributed_training"
