@@ -339,8 +339,9 @@ def _gpu_notes(job: Job, plan: Plan, nodes: list[NodeType], alternative: Plan | 
         notes.append(f"Without CPU offload: {alternative.describe()}, {alternative.sharding.describe()}; faster "
                      "steps if the network between nodes is good, but distributed across machines.")
     if plan.nodes > 1:
-        notes.append(f"num_workers={plan.num_workers}: the workers train; the driver, one more {plan.node.id}, "
-                     "coordinates.")
+        notes.append(f"num_workers={plan.num_workers}: the workers train; the driver, one more {plan.node.id} "
+                     f"(GPU clusters take a GPU driver), only coordinates: you pay for {plan.nodes + 1} nodes and "
+                     f"{plan.node.gpus} of the GPUs sit idle. One node of more GPUs, where one exists, costs less.")
         if plan.node.multi_node == "warn":
             notes.append(f"{plan.node.family}: {plan.node.reason}.")
         if job.cloud == "azure":

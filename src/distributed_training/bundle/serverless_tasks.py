@@ -13,6 +13,7 @@ Paths, as the Databricks CLI reads them (v1.13.0):
 from __future__ import annotations
 
 import posixpath
+import re
 from pathlib import Path as FilePath
 from typing import Any, Mapping
 
@@ -41,6 +42,7 @@ def serverless_gpu_findings(tree: Mapping, sourced: Mapping, bundle_root: FilePa
         gpu_tasks = [(path, task) for path, task in tasks if isinstance(task.get("ai_runtime_task"), dict)]
         for task_path, task in gpu_tasks:
             findings += _task_findings(sourced, task_path, task, bundle_root, root_file, "git_source" in job)
+            findings += _torch_in_environment(job, job_key, task)
         if gpu_tasks:
             for task_path, task in tasks:
                 engine = task_engine(task)
@@ -74,6 +76,28 @@ def _task_findings(tree: Mapping, task_path: Path, task: Mapping, root: FilePath
             prefix = format_path((*deployments_path, index, "compute")) + "."
             findings += check_accelerators(compute.get("accelerator_type"), compute.get("accelerator_count"), prefix)
     return findings
+
+
+def _torch_in_environment(job: Mapping, job_key: str, task: Mapping) -> list[Finding]:
+    """Serverless environment 5 and later have no torch in their base (Databricks' serverless environment versions):
+    a GPU task that runs torch code on one must list torch among its environment's dependencies. Version 4 has it."""
+    environments = job.get("environments") if isinstance(job.get("environments"), list) else []
+    for index, environment in enumerate(environments):
+        if not isinstance(environment, dict) or environment.get("environment_key") != task.get("environment_key"):
+            continue
+        spec = _mapping(environment.get("spec"))
+        version = str(spec.get("environment_version", ""))
+        dependencies = spec.get("dependencies") if isinstance(spec.get("dependencies"), list) else []
+        names = {re.split(r"[<>=!~\[ ;@]", str(item).strip(), maxsplit=1)[0].lower() for item in dependencies}
+        if version.isdigit() and int(version) >= 5 and "torch" not in names:
+            return [Finding("serverless-environment-without-torch",
+                            f"task {task.get('task_key')!r} trains with torch on environment version {version}, "
+                            "whose base has no torch (versions 5 and later dropped it), and its dependencies do not "
+                            "add it", f"add torch to the dependencies of environment {task.get('environment_key')!r} "
+                            "(e.g. torch==2.13.0), or use environment_version \"4\"",
+                            path=format_path(("resources", "jobs", job_key, "environments", index, "spec",
+                                              "dependencies")))]
+    return []
 
 
 def _local(value: Any) -> bool:

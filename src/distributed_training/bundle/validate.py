@@ -5,7 +5,8 @@ Layers, for every target (or the bundle itself when it declares none):
 2. the CLI's JSON schema, when one is given: every file, the merged files, each target (see `schema`);
 3. the typed job classes of databricks-bundles (see `typed`);
 4. references and variables, and rules the schema cannot express (see `references`, `checks`, `wheel_tasks`),
-   serverless GPU tasks among them (`serverless_tasks`);
+   serverless GPU tasks among them (`serverless_tasks`), and the jobs' arguments to the project's own `train`
+   (`train_arguments`);
 5. the compute guards on every cluster (`clusters`), over the project's own node-type catalog when it has one
    (src/<package>/compute/node_types.yaml), else this package's.
 
@@ -34,6 +35,7 @@ from .serverless_tasks import serverless_gpu_findings
 from .sourced import file_at
 from .typed import typed_findings
 from .variables import missing_value_findings, target_variables, undeclared_target_variable_findings
+from .train_arguments import train_argument_findings
 from .wheel_tasks import wheel_library_findings, wheel_task_findings
 from .yaml_files import gc_paused
 
@@ -148,6 +150,7 @@ def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog, mem
     findings += serverless_gpu_findings(resolved, tree, bundle.root, bundle.root_file.name)
     findings += wheel_library_findings(resolved)
     findings += wheel_task_findings(resolved, bundle.root)
+    findings += train_argument_findings(resolved, bundle.root)
     findings += guard_findings(resolved, catalog)
     return _with_files(findings, tree)
 

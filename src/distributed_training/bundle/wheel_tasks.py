@@ -26,7 +26,7 @@ def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
-def _read_pyproject(path: FilePath) -> dict | str:
+def read_pyproject(path: FilePath) -> dict | str:
     """The parsed file, or why it could not be read."""
     try:
         import tomllib
@@ -101,7 +101,7 @@ def wheel_task_findings(tree: Mapping, bundle_root: FilePath) -> list[Finding]:
                    if isinstance(task.get("python_wheel_task"), dict)]
     if not wheel_tasks:
         return []
-    pyproject = _read_pyproject(pyproject_path)
+    pyproject = read_pyproject(pyproject_path)
     if isinstance(pyproject, str):
         return [Finding("pyproject-unreadable", pyproject + "; wheel tasks were not checked against it",
                         "fix pyproject.toml", file="pyproject.toml", severity="warning")]
