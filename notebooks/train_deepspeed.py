@@ -2,10 +2,10 @@
 # MAGIC %md
 # MAGIC # Train with the DeepSpeed distributor
 # MAGIC
-# MAGIC What the `train_deepspeed` job runs, with the same arguments: the job's table, its output folder in this
-# MAGIC target's volume, its epochs. Attach a cluster like the job's (`resources/train_deepspeed.job.yml`). The first
-# MAGIC cell installs this project from the bundle's files, as the job installs its wheel: the training processes
-# MAGIC import it on the driver and the executors.
+# MAGIC What the `train_deepspeed` job runs, with the same arguments as the deployed job: its table, a folder in its
+# MAGIC volume, its epochs and experiment. Deploy the bundle first, then attach a cluster like the job's
+# MAGIC (`resources/train_deepspeed.job.yml`). The first cell installs this project from the bundle's files, as the job
+# MAGIC installs its wheel: the training processes import it on the driver and the executors.
 
 # COMMAND ----------
 
@@ -17,19 +17,27 @@ dbutils.library.restartPython()
 
 # COMMAND ----------
 
-import re
+import json
 
-# Where the dev target put this notebook: <root_path>/files/notebooks/; its experiment lies in <root_path>.
+from databricks.sdk import WorkspaceClient
+
+# What `databricks bundle deploy` gave this target's job, read back from the workspace: the notebook trains into the
+# bundle's own volume and experiment, whatever names the deploy gave them (a user's or a service principal's). The
+# deploy syncs this notebook to <root_path>/files/notebooks/ and writes the jobs' ids to <root_path>/state/metadata.json.
 notebook = dbutils.notebook.entry_point.getDbutils().notebook().getContext().notebookPath().get()
-root_path = "/Workspace" + notebook.split("/files/")[0]
-# The dev target's volume, dev_<short name>_..., as databricks.yml names it for the deploying user.
-user = spark.sql("SELECT current_user()").first()[0]
-short_name = re.sub(r"[^a-z0-9]+", "_", user.split("@")[0].lower()).strip("_")
-volume = f"/Volumes/main/default/dev_{short_name}_distributed_training_training"
-dbutils.widgets.text("table", "samples.nyctaxi.trips", "Table to train on")
-dbutils.widgets.text("output_dir", f"{volume}/notebook-deepspeed", "Output folder (a volume path)")
-dbutils.widgets.text("epochs", "5", "Epochs")
-experiment = f"{root_path}/distributed-training-deepspeed"
+root_path = "/Workspace" + notebook.rsplit("/files/notebooks/", 1)[0]
+with open(f"{root_path}/state/metadata.json") as file:
+    job_id = json.load(file)["config"]["resources"]["jobs"]["train_deepspeed"]["id"]
+job = WorkspaceClient().jobs.get(int(job_id)).settings
+parameters = job.tasks[0].python_wheel_task.parameters
+deployed = {option: parameters[parameters.index(option) + 1] for option in ("--table", "--output-dir",
+                                                                            "--mlflow-experiment")}
+dbutils.widgets.text("table", deployed["--table"], "Table to train on (empty: the task's own)")
+dbutils.widgets.text("output_dir", deployed["--output-dir"].replace("{{job.run_id}}", "notebook"),
+                     "Output folder (a volume path; a rerun into it resumes there)")
+dbutils.widgets.text("epochs", next(parameter.default for parameter in job.parameters if parameter.name == "epochs"),
+                     "Epochs")
+experiment = deployed["--mlflow-experiment"]
 
 # COMMAND ----------
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import importlib
 import keyword
 import re
 import sys
@@ -81,18 +80,19 @@ def job_cluster(answers: Mapping, engine: str) -> dict:
     )
 
 
-# The job's values that a notebook asks for in widgets instead (see train_arguments).
-TABLE, OUTPUT_DIR, EPOCHS, EXPERIMENT = "<table>", "<output_dir>", "<epochs>", "<experiment>"
-TASK_ARGUMENTS = {"causal_lm": ["--model-size", "small"]}  # a GPU job trains more than the CPU tests' tiny model
+# The job's values that the bundle and the platform fill in, and a notebook asks for in widgets (see train_arguments).
+TABLE, OUTPUT_DIR, EPOCHS, EXPERIMENT, JOB_RUN = "<table>", "<output_dir>", "<epochs>", "<experiment>", "<job_run>"
+SPARK_ML_TABLE = "<spark_ml_table>"  # Spark ML's own: taxi trips, whatever the task
 
 
 def train_arguments(answers: Mapping, engine: str) -> list[str]:
-    """The `train` command line of one engine's job, with placeholders for what the bundle (job) or a widget
-    (notebook) fills in: both render this one list, so a notebook runs exactly what its job runs."""
-    arguments = ["--engine", engine]
-    if engine != SPARK_ML_CONNECT:  # Spark ML keeps its own table (samples.nyctaxi.trips)
-        arguments += ["--table", TABLE]
-    arguments += ["--output-dir", OUTPUT_DIR, "--epochs", EPOCHS, "--mlflow-experiment", EXPERIMENT]
+    """The `train` command line of one engine's job, with placeholders for what the bundle and the platform (job) or
+    a widget (notebook) fill in: both render this one list, so a notebook runs exactly what its job runs. No option
+    of the task: the jobs train what task.py's defaults say, so replacing task.py needs no other change."""
+    arguments = ["--engine", engine, "--table", SPARK_ML_TABLE if engine == SPARK_ML_CONNECT else TABLE]
+    # Each job run its own folder: a retry or a repair resumes there, a new run starts fresh (run_folder.py).
+    arguments += ["--output-dir", OUTPUT_DIR, "--job-run-id", JOB_RUN, "--epochs", EPOCHS,
+                  "--mlflow-experiment", EXPERIMENT]
     if engine == SPARK_ML_CONNECT:
         # pyspark.ml over Spark Connect: the Standard runtime has no torch, which pyspark.ml.connect's evaluator needs.
         return [*arguments, "--spark-ml-api", "classic"]
@@ -102,13 +102,7 @@ def train_arguments(answers: Mapping, engine: str) -> list[str]:
     else:
         cluster = job_cluster(answers, engine)
         nodes, gpus = max(cluster.get("num_workers", 0), 1), gpus_per_node(cluster["node_type_id"])
-    return [*arguments, "--num-nodes", str(nodes), "--gpus-per-node", str(gpus),
-            *TASK_ARGUMENTS.get(answers.get("task", ""), [])]
-
-
-def task_table(answers: Mapping) -> str:
-    """The table the chosen task trains on by default."""
-    return importlib.import_module(f"{__package__}.tasks.{answers['task']}").DEFAULT_TABLE
+    return [*arguments, "--num-nodes", str(nodes), "--gpus-per-node", str(gpus)]
 
 
 def is_serverless(answers: Mapping) -> bool:

@@ -29,6 +29,9 @@ from distributed_training.compute.runtime import versions  # noqa: E402
 
 TOOL = "distributed-training[validate,remote]"
 PROJECT_FOLDER = "{{cookiecutter.project_slug}}"  # the template's folder: its name is rendered before anything is written
+# A template or origin URL of a repository elsewhere: a URL (not file://), git@host:..., or cookiecutter's abbreviations.
+REMOTE = re.compile(r"^(git\+)?((?!file:)\w+://|[\w.-]+@[\w.-]+:|gh:|gl:|bb:)")
+ABBREVIATIONS = {"gh:": "https://github.com/", "gl:": "https://gitlab.com/", "bb:": "https://bitbucket.org/"}
 
 
 def refuse_bad_answers(cookiecutter) -> str:
@@ -53,16 +56,37 @@ def _to_yaml(value, indent: int = 0) -> str:
 
 
 def tool_requirement(template: str) -> str:
-    """Where a generated project gets this repository's tooling (validate, advise, run) as a development dependency:
-    the commit of the git repository it was generated from, or the local checkout it was generated from."""
-    if re.match(r"^(\w+://|git@|gh:|gl:|bb:|git\+)", template):
-        url = template.removeprefix("git+")
-        if url.startswith("gh:"):
-            url = f"https://github.com/{url[3:]}"
-        commit = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-        return f"{TOOL} @ git+{url}" + (f"@{commit}" if commit else "")
-    return f"{TOOL} @ {REPOSITORY.as_uri()}"
+    """Where a generated project gets this repository's tooling (validate, advise, run) as a development dependency,
+    as a requirement that installs anywhere: the commit of the git repository it was generated from (the template's
+    URL, or the origin of the checkout it was generated from), else the tool by name and version, from a wheel or an
+    index the user points pip at (the generated README says how). Never a path of the machine that generated it."""
+    url = template if REMOTE.match(template) else _git("config", "--get", "remote.origin.url")
+    commit = _git("rev-parse", "HEAD")
+    if url and REMOTE.match(url) and commit:
+        return f"{TOOL} @ git+{pip_git_url(url)}@{commit}"
+    return f"{TOOL}=={tool_version()}"
+
+
+def pip_git_url(url: str) -> str:
+    """A git URL as pip takes it after `git+`: cookiecutter's gh:/gl:/bb: abbreviations spelled out, scp-style
+    `git@host:org/repo` as `ssh://git@host/org/repo` (pip refuses the scp form)."""
+    url = url.removeprefix("git+")
+    for short, long in ABBREVIATIONS.items():
+        if url.startswith(short):
+            url = long + url[len(short):]
+    scp = re.fullmatch(r"([\w.-]+@[\w.-]+):(?!//)(.+)", url)
+    return f"ssh://{scp.group(1)}/{scp.group(2)}" if scp else url
+
+
+def tool_version() -> str:
+    import tomllib
+
+    return tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]["version"]
+
+
+def _git(*arguments: str) -> str:
+    completed = subprocess.run(["git", "-C", str(REPOSITORY), *arguments], capture_output=True, text=True)
+    return completed.stdout.strip() if completed.returncode == 0 else ""
 
 
 class BundleAnswers(Extension):
@@ -85,7 +109,6 @@ class BundleAnswers(Extension):
             chosen_engines=answers.chosen_engines,
             torch_engines=answers.torch_engines,
             train_arguments=answers.train_arguments,
-            task_table=answers.task_table,
             gpus_per_node=clusters.gpus_per_node,
             connect_version=clusters.databricks_connect_version,
             tool_requirement=tool_requirement,

@@ -6,11 +6,13 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import re
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 TOOL = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())
@@ -61,8 +63,9 @@ def test_the_cluster_gets_no_heavy_package_and_the_tool_comes_with_the_test_extr
     assert not requirement_names(pyproject, ()) & HEAVY  # the wheel a job installs: the runtime has them
     [tool] = [requirement for requirement in pyproject["project"]["optional-dependencies"]["test"]
               if name_of(requirement) == "distributed-training"]
-    # generated from this checkout: the tool from the same folder, with the extras its commands need
-    assert tool == f"distributed-training[validate,remote] @ {REPOSITORY.as_uri()}"
+    # never a path of the machine that generated it: a git URL pinned to a commit, or the name and version
+    assert "file:" not in tool and str(REPOSITORY) not in tool
+    assert tool == load_extensions().tool_requirement(str(REPOSITORY / "templates" / "distributed-training"))
     assert {"validate", "remote"} <= set(TOOL["project"]["optional-dependencies"])
     test = requirement_names(pyproject, ("test",))
     assert {"distributed-training", "jsonschema", "databricks-sdk", "pytest", "pyspark", "torch"} <= test
@@ -105,22 +108,52 @@ def test_no_install_combination_puts_databricks_connect_beside_pyspark(rendered,
         {"project": {"name": "probe", "dependencies": ["distributed-training[validate,remote]"]}}, ())
 
 
-def load_extensions():
+def load_extensions(repository: Path = REPOSITORY):
     spec = importlib.util.spec_from_file_location(
-        "local_extensions", REPOSITORY / "templates" / "distributed-training" / "local_extensions.py")
+        "local_extensions", repository / "templates" / "distributed-training" / "local_extensions.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_a_project_generated_from_a_git_url_pins_the_tool_to_the_commit():
+def test_a_project_generated_from_a_git_url_pins_the_tool_to_the_commit_in_a_form_pip_accepts():
+    """cookiecutter takes gh:/gl:/bb: abbreviations and scp-style git@host:org/repo; pip takes neither after git+
+    (PEP 508 wants a URL), so each is written out."""
     extensions = load_extensions()
     commit = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    requirement = extensions.tool_requirement("gh:example/distributed-training")
-    assert requirement == f"distributed-training[validate,remote] @ git+https://github.com/example/" \
-                          f"distributed-training@{commit}"
-    assert extensions.tool_requirement("git+https://example.com/dt.git").startswith(
-        "distributed-training[validate,remote] @ git+https://example.com/dt.git@")
-    assert extensions.tool_requirement(str(REPOSITORY / "templates" / "distributed-training")) == (
-        f"distributed-training[validate,remote] @ {REPOSITORY.as_uri()}")
+    expected = {
+        "gh:example/dt": "git+https://github.com/example/dt",
+        "gl:group/dt": "git+https://gitlab.com/group/dt",
+        "bb:team/dt": "git+https://bitbucket.org/team/dt",
+        "git@github.com:example/dt.git": "git+ssh://git@github.com/example/dt.git",
+        "git+https://example.com/dt.git": "git+https://example.com/dt.git",
+        "https://example.com/dt.git": "git+https://example.com/dt.git",
+    }
+    for template, url in expected.items():
+        requirement = Requirement(extensions.tool_requirement(template))
+        assert (requirement.name, requirement.extras) == ("distributed-training", {"validate", "remote"})
+        assert requirement.url == f"{url}@{commit}", template
+
+
+def test_a_project_generated_from_a_checkout_without_a_remote_names_the_tool_by_version(tmp_path):
+    """No path of the generating machine: the tool by name and version, which pip finds in a local wheel folder or
+    index (the generated README says how); the checkout's origin instead, when it is a remote one."""
+    clone = tmp_path / "template"  # a checkout of the template: its extensions, its version, a commit, no remote
+    (clone / "templates" / "distributed-training").mkdir(parents=True)
+    for name in ("pyproject.toml", "templates/distributed-training/local_extensions.py"):
+        shutil.copy(REPOSITORY / name, clone / name)
+    (clone / "src").symlink_to(REPOSITORY / "src")
+    for command in (["init", "--quiet"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@example.com",
+                                                        "commit", "--quiet", "-m", "template"]):
+        subprocess.run(["git", "-C", str(clone), *command], check=True)
+    extensions = load_extensions(clone)
+    version = TOOL["project"]["version"]
+    assert extensions.tool_requirement(str(clone / "templates" / "distributed-training")) == \
+        f"distributed-training[validate,remote]=={version}"
+    subprocess.run(["git", "-C", str(clone), "remote", "add", "origin", "git@gitlab.com:team/dt.git"], check=True)
+    commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert Requirement(extensions.tool_requirement(str(clone / "templates" / "distributed-training"))).url == \
+        f"git+ssh://git@gitlab.com/team/dt.git@{commit.strip()}"
+    subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin", str(REPOSITORY)], check=True)
+    assert "==" in extensions.tool_requirement(str(clone / "templates" / "distributed-training"))  # a local origin

@@ -1,21 +1,26 @@
-"""A generated causal_lm project, installed into a fresh venv the way its README says, trains with DeepSpeed and with
-TorchDistributor on local Spark and beats the trivial predictor, and passes its own tests.
+"""A generated causal_lm project, committed and cloned to another path (what CI and a teammate get), installed into a
+fresh venv the way its README says, trains with DeepSpeed and with TorchDistributor on local Spark and beats the
+trivial predictor, and passes its own tests.
 
 Slow (minutes): one venv for the module, with torch (a CPU build), the project with its `test` extra (pyspark,
-MLflow, Ray, and the tool from this checkout), then DeepSpeed built against that torch.
+MLflow, Ray, and the tool: from a local wheel folder, built from this checkout, as the generated README says for a
+project generated from a checkout without a remote), then DeepSpeed built against that torch.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(3600)]
 TORCH, DEEPSPEED = "torch==2.13.0", "deepspeed==0.19.8"
+REPOSITORY = Path(__file__).resolve().parents[2]
 RATIO = 0.9  # held-out loss against the trivial predictor's (the unigram model) on the same rows
 
 
@@ -30,13 +35,24 @@ def run(command, cwd, env=None, timeout=1800):
 def installed(tmp_path_factory, render_into):
     """(project, its venv's python, the environment to run it in): engine=all, task=causal_lm, installed once."""
     root = tmp_path_factory.mktemp("generated")
-    project = render_into(root / "out", engine="all", task="causal_lm")
+    generated = render_into(root / "out", engine="all", task="causal_lm")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for command in (["init", "--quiet"], ["add", "."], ["commit", "--quiet", "-m", "generated"]):
+        run([*git, *command], cwd=generated)
+    project = root / "elsewhere" / "my-training"
+    run(["git", "clone", "--quiet", str(generated), str(project)], cwd=root)
+    shutil.rmtree(generated)  # nothing of the machine that generated it may be needed
+    requirement = next(line for line in (project / "pyproject.toml").read_text().splitlines()
+                       if "distributed-training" in line)
+    assert "file:" not in requirement and str(REPOSITORY) not in requirement, requirement
+    wheels = root / "wheels"  # the README's local wheel folder for the tool
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(REPOSITORY), "-w", str(wheels)], cwd=root)
     venv = root / "venv"
     run([sys.executable, "-m", "venv", str(venv)], cwd=project)
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "install", "--quiet"]
     run([*pip, TORCH], cwd=project)  # first, as the README says: a CPU build is enough
-    run([*pip, "-e", ".[test]"], cwd=project)
+    run([*pip, "--find-links", str(wheels), "-e", ".[test]"], cwd=project)
     run([*pip, "--no-build-isolation", DEEPSPEED], cwd=project)  # builds against the torch installed above
     env = {key: value for key, value in os.environ.items()
            if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
@@ -44,7 +60,7 @@ def installed(tmp_path_factory, render_into):
     return project, python, env
 
 
-def test_the_installed_project_is_its_own_and_gets_the_tool_from_this_checkout(installed):
+def test_the_cloned_project_installs_as_its_own_and_gets_the_tool_from_the_wheel_folder(installed):
     project, python, env = installed
     where = run([python, "-c", "import my_training, distributed_training; print(my_training.__file__); "
                  "print(distributed_training.__file__)"], cwd=project.parent, env=env).stdout.split()

@@ -21,22 +21,25 @@ from distributed_training.serverless import ACCELERATORS
 ROOT_PATH = "/Workspace/Users/me@example.com/.bundle/my-training/dev"
 VOLUME = "/Volumes/main/default/dev_me_my_training_training"
 # Deploy-time values, as the CLI and the Jobs service would fill them in.
+JOB_RUN = "550315892394120"
 DEPLOYED = {"${var.catalog}": "main", "${var.schema}": "default",
             "${resources.volumes.training.name}": "dev_me_my_training_training", "{{job.parameters.epochs}}": "5",
-            "${workspace.root_path}": ROOT_PATH}
-TABLES = {"fare_regression": "samples.nyctaxi.trips", "causal_lm": "samples.tpch.orders"}
+            "${workspace.root_path}": ROOT_PATH, "{{job.run_id}}": JOB_RUN}
+TASKS = ("fare_regression", "causal_lm")
 # What a notebook asks for in widgets instead of the job's deploy-time values (each, in the notebook's source).
 WIDGETS = {"${var.training_table}": "dbutils.widgets.get('table')",
+           "${var.spark_ml_table}": "dbutils.widgets.get('table')",
            "{{job.parameters.epochs}}": "dbutils.widgets.get('epochs')"}
+PLATFORM_ONLY = ("--job-run-id", "{{job.run_id}}")  # a notebook run is no job run
 RENDERS = [
-    *({"cloud": "aws", "engine": "all", "num_workers": workers, "task": task} for workers in (0, 2) for task in TABLES),
+    *({"cloud": "aws", "engine": "all", "num_workers": workers, "task": task} for workers in (0, 2) for task in TASKS),
     *({"compute": "serverless_gpu", "engine": engine, "accelerator_type": "GPU_8xH100", "accelerator_count": count,
-       "task": task} for engine, count in (("torch_distributor", 8), ("deepspeed", 16)) for task in TABLES),
+       "task": task} for engine, count in (("torch_distributor", 8), ("deepspeed", 16)) for task in TASKS),
 ]
 
 
 def deployed(parameter: str, table: str) -> str:
-    for reference, value in {**DEPLOYED, "${var.training_table}": table}.items():
+    for reference, value in {**DEPLOYED, "${var.training_table}": table, "${var.spark_ml_table}": ""}.items():
         parameter = parameter.replace(reference, value)
     assert not re.search(r"\$\{|\{\{", parameter), f"{parameter}: a reference this test does not know"
     return parameter
@@ -61,7 +64,7 @@ def test_every_job_parameter_list_is_accepted_by_the_projects_train(rendered, an
     project = rendered(**answers)
     task_name, serverless = answers["task"], answers.get("compute") == "serverless_gpu"
     table = yaml.safe_load((project / "databricks.yml").read_text())["variables"]["training_table"]["default"]
-    assert table == TABLES[task_name]
+    assert table == ""  # the task's own DEFAULT_TABLE: replacing task.py changes the table with it
     engines = carried_engines(project)
     seen = set()
     for key, job, task in wheel_tasks(project):
@@ -74,13 +77,15 @@ def test_every_job_parameter_list_is_accepted_by_the_projects_train(rendered, an
         engine = key.removeprefix("train_")
         seen.add(engine)
         assert config.engine == engine
-        assert (config.local, config.epochs, config.output_dir) == (False, 5, f"{VOLUME}/{engine}")
+        # Each job run its own folder, named by the platform's run id: a retry or repair keeps it, a new run not.
+        assert (config.local, config.epochs, config.output_dir) == (False, 5, f"{VOLUME}/{engine}/{JOB_RUN}")
+        assert config.job_run_id == JOB_RUN
         assert config.mlflow_experiment == f"{ROOT_PATH}/my-training-{engine}"
         if engine == "spark_ml_connect":
             # The Standard runtime has no torch for pyspark.ml.connect; Spark spreads over the executors itself.
             assert (config.spark_ml_api, config.table) == ("classic", None)
             continue
-        assert config.table == TABLES[task_name]
+        assert config.table is None  # the task's DEFAULT_TABLE
         assert config.handoff_to_torchrun == serverless
         if serverless:
             assert task["task_key"] == "stage"
@@ -90,8 +95,8 @@ def test_every_job_parameter_list_is_accepted_by_the_projects_train(rendered, an
             node_type = job["job_clusters"][0]["new_cluster"]["node_type_id"]
             assert config.num_nodes == max(answers["num_workers"], 1)
             assert config.gpus_per_node == default_catalog().find(node_type).gpus > 0
-        if task_name == "causal_lm":  # a GPU job trains more than the CPU tests' tiny model
-            assert config.task_options.model_size == "small"
+        # No option of the task: the jobs train task.py's defaults, whatever task.py is.
+        assert config.task_options == configuration.load_task(config.task).Options()
     assert seen == set(engines)
 
 
@@ -102,7 +107,6 @@ def test_every_notebook_runs_its_jobs_arguments(rendered, answers):
     """The notebook's main([...]) is the job's list, except what a widget fills in (table, output folder, epochs)
     and the experiment, which the notebook puts in its own root path."""
     project = rendered(**answers)
-    task_name = answers.get("task", "fare_regression")
     notebooks = set()
     for key, _, task in wheel_tasks(project):
         engine = key.removeprefix("train_")
@@ -113,12 +117,12 @@ def test_every_notebook_runs_its_jobs_arguments(rendered, answers):
         [listed] = call.args
         arguments = [element.value if isinstance(element, ast.Constant) else ast.unparse(element)
                      for element in listed.elts]
-        expected = [WIDGETS.get(value, value) for value in task["python_wheel_task"]["parameters"]]
+        expected = [WIDGETS.get(value, value) for value in task["python_wheel_task"]["parameters"]
+                    if value not in PLATFORM_ONLY]
         expected = ["dbutils.widgets.get('output_dir')" if value.startswith("/Volumes/") else
                     "experiment" if value.startswith("${workspace.root_path}/") else value for value in expected]
         assert arguments == expected, engine
         assert "from my_training.launch import main" in source
-        if "--table" in arguments:  # the widget's default is the job's table
-            assert f'dbutils.widgets.text("table", "{TABLES[task_name]}"' in source
-        assert f'experiment = f"{{root_path}}/my-training-{engine}"' in source
+        assert 'dbutils.widgets.text("table", deployed["--table"],' in source  # the deployed job's table
+        assert 'experiment = deployed["--mlflow-experiment"]' in source  # as the job was deployed (test_notebooks)
     assert notebooks == {path.stem.removeprefix("train_") for path in (project / "notebooks").glob("*.py")}

@@ -61,9 +61,11 @@ def assert_rendered_for(project, engines, task):
                   if path.stem in ENGINES) == sorted(engines)
     assert (package / "task.py").read_bytes() == (REPOSITORY / "src" / "distributed_training" / "tasks" /
                                                   f"{task}.py").read_bytes()
-    bundle = yaml.safe_load((project / "databricks.yml").read_text())
-    table = bundle["variables"]["training_table"]["default"]
-    assert table == {"fare_regression": "samples.nyctaxi.trips", "causal_lm": "samples.tpch.orders"}[task]
+    variables = yaml.safe_load((project / "databricks.yml").read_text())["variables"]
+    # Empty: the task's own DEFAULT_TABLE (Spark ML's: the taxi trips), so that replacing task.py changes nothing else
+    tables = {name: variables[name]["default"] for name in ("training_table", "spark_ml_table") if name in variables}
+    assert tables == {**({"training_table": ""} if set(engines) - {SPARK_ML_CONNECT} else {}),
+                      **({"spark_ml_table": ""} if SPARK_ML_CONNECT in engines else {})}
     for path in project.rglob("*"):
         if path.is_file() and path.suffix in {".yml", ".yaml", ".py", ".toml", ".md", ".json", ".sh", ".cfg"}:
             leftover = LEFTOVER_JINJA.search(path.read_text())
@@ -91,7 +93,6 @@ def test_every_combination_renders_and_validates(rendered, bundle_schema, cloud,
             assert cluster["use_ml_runtime"] is True and cluster["data_security_mode"] == DEDICATED, key
             assert option(parameters, "--num-nodes") == str(max(num_workers, 1))
             assert option(parameters, "--gpus-per-node") == str(default_catalog().find(cluster["node_type_id"]).gpus)
-            assert "--model-size" not in parameters  # fare_regression has no model sizes
 
 
 @pytest.mark.parametrize("engine", [*ENGINES, "all"])
@@ -102,10 +103,10 @@ def test_the_language_model_task_renders_and_validates_for_every_engine(rendered
     assert_rendered_for(project, engines, "causal_lm")
     for key, job in jobs_of(project).items():
         parameters = job["tasks"][0]["python_wheel_task"]["parameters"]
+        assert "--model-size" not in parameters  # no option of the task: the jobs train task.py's defaults
         if key == f"train_{SPARK_ML_CONNECT}":  # Spark ML trains its own pipeline on its own table, not the task
-            assert "--model-size" not in parameters and "--table" not in parameters
-        else:  # a GPU job trains a larger model than the CPU tests' tiny default
-            assert option(parameters, "--model-size") == "small"
+            assert option(parameters, "--table") == "${var.spark_ml_table}"
+        else:
             assert option(parameters, "--table") == "${var.training_table}"
 
 
@@ -190,3 +191,19 @@ def test_unknown_node_type_passes_when_allowed_and_the_choice_is_recorded(render
     cluster = cluster_of(jobs_of(project)["train_torch_distributor"])
     assert cluster["custom_tags"]["allow_unknown_node_type"] == "true"
     assert errors_of(project, bundle_schema) == []
+
+
+@pytest.mark.parametrize("answers", [{}, {"compute": "serverless_gpu"}], ids=["classic", "serverless"])
+def test_the_bundle_states_the_oldest_cli_that_deploys_it(rendered, answers):
+    """A local code_source_path is packaged at deploy from CLI v1.11.0 on (bundle/config/mutator/aicode): an older CLI
+    stops at `bundle.databricks_cli_version` instead of deploying a job that cannot start."""
+    bundle = yaml.safe_load((rendered(**answers) / "databricks.yml").read_text())["bundle"]
+    assert bundle["databricks_cli_version"] == f">= {versions()['minimum_databricks_cli']}"
+
+
+def test_the_readme_installs_the_tool_that_builds_the_bundles_wheel(rendered):
+    """`databricks bundle deploy` runs the artifact's build command on the deploying machine."""
+    project = rendered()
+    tool = yaml.safe_load((project / "databricks.yml").read_text())["artifacts"]["default"]["build"].split()[0]
+    deploy = (project / "README.md").read_text().split("## Deploy and run", 1)[1]
+    assert deploy.index(f"pip install {tool}") < deploy.index("databricks bundle deploy")

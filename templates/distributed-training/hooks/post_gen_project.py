@@ -7,8 +7,8 @@ from pathlib import Path
 SHARED_PACKAGE = Path({{ shared_source | tojson }}) / "distributed_training"
 PACKAGE = Path("src") / "{{ cookiecutter.package_name }}"
 # What runs on the cluster; the rest of the tool's package (validate, advise, run, the answers) stays with the tool.
-RUNTIME = ("config.py", "files.py", "findings.py", "launch.py", "staging.py", "task_interface.py", "compute",
-           "engines", "training")
+RUNTIME = ("config.py", "files.py", "findings.py", "launch.py", "run_folder.py", "staging.py", "task_interface.py",
+           "compute", "engines", "training")
 CHOSEN = {{ chosen_engines(cookiecutter) | tojson }}
 ENGINE_FILES = {
     "torch_distributor": ["resources/train_torch_distributor.job.yml", "notebooks/train_torch_distributor.py"],
