@@ -34,6 +34,14 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def render_into():
+    """`render_template(output_dir, **answers)`, for fixtures of any scope that need a project of their own."""
+    from support.rendering import render_template
+
+    return render_template
+
+
 @pytest.fixture(autouse=True)
 def mlflow_uris_restored():
     """MLflow's set_tracking_uri and set_registry_uri also export MLFLOW_TRACKING_URI / MLFLOW_REGISTRY_URI, which

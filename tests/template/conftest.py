@@ -1,4 +1,4 @@
-"""Rendering the template through cookiecutter's Python API, as `cookiecutter --no-input` does."""
+"""Rendering the template: a project of the test's own to edit, or one per set of answers to read."""
 
 from __future__ import annotations
 
@@ -6,16 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from cookiecutter.main import cookiecutter
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-TEMPLATE = REPOSITORY / "templates" / "distributed-training"
-
-
-def render_template(output_dir: Path, **answers) -> Path:
-    """The project folder cookiecutter writes for these answers (every other answer at its default)."""
-    answers = {key: str(value) for key, value in answers.items()}
-    return Path(cookiecutter(str(TEMPLATE), no_input=True, extra_context=answers, output_dir=str(output_dir)))
+from support.rendering import render_template
 
 
 @pytest.fixture
@@ -26,12 +18,6 @@ def render(tmp_path):
         return render_template(output_dir or tmp_path, **answers)
 
     return _render
-
-
-@pytest.fixture(scope="session")
-def render_into():
-    """`render_template(output_dir, **answers)`, for fixtures of any scope that need a project of their own."""
-    return render_template
 
 
 @pytest.fixture(scope="session")

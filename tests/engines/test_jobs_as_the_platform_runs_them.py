@@ -1,0 +1,172 @@
+"""A rendered bundle's jobs, run on this machine the way the platform runs them (tests/support/local_platform.py):
+each run its own job run id and folder; a new run trains from the start, a retry and a repair resume their own run
+and end where an uninterrupted run ends; the serverless GPU job's two tasks meet in their own run's folder; and the
+jobs of a project whose task.py was replaced still run.
+
+The kills are SIGKILL to a task's whole process group (a lost node), once the run's first checkpoint is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.fake_workspace import FakeWorkspace
+from support.local_platform import SUCCESS, Interrupt, LocalPlatform, sample_tables
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(1800)]
+EPOCHS = {"epochs": "2"}
+TORCH_ENGINES = ("torch_distributor", "deepspeed", "ray")
+
+
+@pytest.fixture(scope="module")
+def workspace():
+    with FakeWorkspace() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def platform_of(spark, workspace, render_into, tmp_path_factory):
+    """A LocalPlatform for a project rendered from these answers (one per answers, for the module), its tables the
+    project's own samples; `replace_task` copies that file over the project's task.py first."""
+    platforms = {}
+
+    def make(replace_task: str | None = None, **answers) -> LocalPlatform:
+        key = (replace_task, tuple(sorted(answers.items())))
+        if key not in platforms:
+            root = tmp_path_factory.mktemp("platform")
+            project = render_into(root / "out", **answers)
+            if replace_task:
+                shutil.copy(project / replace_task, project / "src" / "my_training" / "task.py")
+            tables = sample_tables(spark, project, root / "tables")
+            platforms[key] = LocalPlatform(project, root / "workspace", workspace, variables=tables)
+        return platforms[key]
+
+    return make
+
+
+def run_folder(platform: LocalPlatform, engine: str, run) -> Path:
+    volume = platform.tree["resources"]["volumes"]["training"]["name"]
+    return platform.local_path(f"/Volumes/main/default/{volume}/{engine}/{run.run_id}")
+
+
+def metrics_of(platform: LocalPlatform, engine: str, run) -> dict:
+    return json.loads((run_folder(platform, engine, run) / "metrics.json").read_text())
+
+
+def first_checkpoint_done(platform: LocalPlatform, engine: str):
+    return lambda run: (run_folder(platform, engine, run) / "checkpoints" / "epoch-00001" / "complete.json").exists()
+
+
+def mlflow_run(platform: LocalPlatform, run_id: str):
+    return platform.mlflow().get_run(run_id)
+
+
+def assert_succeeded(run) -> None:
+    assert run.state == SUCCESS, run.report()
+
+
+@pytest.fixture(scope="module")
+def first_runs(platform_of):
+    """Each job of an engine=all project, run once (2 epochs): the uninterrupted runs the others are held against."""
+    platform = platform_of(engine="all")
+    return {engine: platform.run_job(f"train_{engine}", EPOCHS) for engine in (*TORCH_ENGINES, "spark_ml_connect")}
+
+
+@pytest.mark.parametrize("engine", [*TORCH_ENGINES, "spark_ml_connect"])
+def test_a_second_run_of_a_job_trains_again_in_a_folder_and_mlflow_run_of_its_own(platform_of, first_runs, engine):
+    platform = platform_of(engine="all")
+    first = first_runs[engine]
+    assert_succeeded(first)
+    second = platform.run_job(f"train_{engine}", EPOCHS)
+    assert_succeeded(second)
+    assert second.run_id != first.run_id
+    metrics = [metrics_of(platform, engine, run) for run in (first, second)]
+    assert metrics[0]["mlflow_run_id"] != metrics[1]["mlflow_run_id"]
+    for run, run_metrics in zip((first, second), metrics):
+        assert run_metrics["metrics_file"] == str(run_folder(platform, engine, run) / "metrics.json")
+        mlflow = mlflow_run(platform, run_metrics["mlflow_run_id"])
+        assert mlflow.info.status == "FINISHED"
+        if engine != "spark_ml_connect":  # the loop: every epoch trained, nothing resumed, the job run named
+            assert [epoch["epoch"] for epoch in run_metrics["epochs"]] == [1, 2]
+            assert run_metrics["resumed_from_epoch"] is None
+            assert run_metrics["job_run_id"] == str(run.run_id) == mlflow.data.tags["job_run_id"]
+    if engine != "spark_ml_connect":  # same data, seed and settings: the same result, trained twice
+        assert metrics[1]["held_out_loss"] == pytest.approx(metrics[0]["held_out_loss"], rel=1e-5)
+
+
+def test_a_retry_and_a_repair_resume_their_own_run_and_end_as_an_uninterrupted_one(platform_of, first_runs):
+    engine = "torch_distributor"
+    platform = platform_of(engine="all")
+    reference = metrics_of(platform, engine, first_runs[engine])
+
+    retried = platform.run_job(f"train_{engine}", EPOCHS,
+                               interrupt=Interrupt("train", first_checkpoint_done(platform, engine), attempts=(0,)))
+    assert [attempt.state for attempt in retried.attempts] == ["FAILED", SUCCESS], retried.report()
+    metrics = metrics_of(platform, engine, retried)
+    assert metrics["resumed_from_epoch"] == 1
+    assert metrics["held_out_loss"] == pytest.approx(reference["held_out_loss"], rel=1e-5)
+
+    repaired = platform.run_job(f"train_{engine}", EPOCHS,  # killed in the first attempt and in its retry
+                                interrupt=Interrupt("train", first_checkpoint_done(platform, engine), attempts=(0, 1)))
+    assert [attempt.state for attempt in repaired.attempts] == ["FAILED", "FAILED"], repaired.report()
+    assert not (run_folder(platform, engine, repaired) / "metrics.json").exists()
+    platform.repair(repaired)
+    assert_succeeded(repaired)
+    assert repaired.repair_count == 1
+    metrics = metrics_of(platform, engine, repaired)
+    assert metrics["resumed_from_epoch"] == 1 and metrics["job_run_id"] == str(repaired.run_id)
+    assert metrics["held_out_loss"] == pytest.approx(reference["held_out_loss"], rel=1e-5)
+
+    again = platform.repair(repaired, tasks=["train"])  # rerun a task that finished: nothing to train or change
+    assert again.latest("train").state == SUCCESS and "has finished already" in again.latest("train").output
+    assert metrics_of(platform, engine, repaired) == metrics
+
+
+@pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed"])
+def test_the_serverless_job_stages_and_trains_in_its_own_run_and_a_repair_after_a_later_run_takes_its_own(
+        platform_of, engine):
+    platform = platform_of(compute="serverless_gpu", engine=engine)
+    killed = Interrupt("train", first_checkpoint_done(platform, engine), attempts=(0, 1))
+    first = platform.run_job(f"train_{engine}", EPOCHS, interrupt=killed)  # its GPU task killed, and its retry
+    assert [(attempt.task_key, attempt.state) for attempt in first.attempts] == [
+        ("stage", SUCCESS), ("train", "FAILED"), ("train", "FAILED")], first.report()
+    second = platform.run_job(f"train_{engine}", EPOCHS)
+    assert_succeeded(second)
+    second_metrics = metrics_of(platform, engine, second)
+    assert second_metrics["resumed_from_epoch"] is None and second_metrics["job_run_id"] == str(second.run_id)
+
+    platform.repair(first)  # after the later run: it must take its own run's config, data and checkpoints
+    assert_succeeded(first)
+    assert [attempt.task_key for attempt in first.attempts] == ["stage", "train", "train", "train"]
+    metrics = metrics_of(platform, engine, first)
+    assert metrics["job_run_id"] == str(first.run_id) and metrics["resumed_from_epoch"] == 1
+    assert metrics["held_out_loss"] == pytest.approx(second_metrics["held_out_loss"], rel=1e-5)
+    assert metrics_of(platform, engine, second) == second_metrics  # the later run's folder is untouched
+    # Each attempt of the GPU task logged into the MLflow run the platform opened for it.
+    assert mlflow_run(platform, metrics["mlflow_run_id"]).data.tags["job_run_id"] == str(first.run_id)
+
+
+def test_with_task_py_replaced_by_the_example_every_job_runs_and_validate_names_a_task_option_left_behind(
+        platform_of):
+    platform = platform_of(replace_task="examples/trip_classifier.py", engine="all", task="causal_lm")
+    for engine in (*TORCH_ENGINES, "spark_ml_connect"):
+        run = platform.run_job(f"train_{engine}", EPOCHS)
+        assert_succeeded(run)
+        if engine != "spark_ml_connect":
+            assert "accuracy" in metrics_of(platform, engine, run)["final"]  # the classifier trained
+    project = platform.project
+    validate = [sys.executable, "-m", "distributed_training", "validate", str(project)]
+    assert subprocess.run(validate, capture_output=True, text=True).returncode == 0
+    job_file = project / "resources" / "train_deepspeed.job.yml"
+    job_file.write_text(job_file.read_text().replace("- --epochs\n", "- --model-size\n              - small\n"
+                                                                      "              - --epochs\n"))
+    result = subprocess.run(validate, capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout
+    assert "[unknown-train-option] job train_deepspeed passes --model-size to train" in result.stdout
+    assert "fix: remove '--model-size' from the job's parameters" in result.stdout
