@@ -289,6 +289,9 @@ def check(config: Config) -> None:
         raise ConfigError("--handoff-to-torchrun plans a run on nodes this task does not see: give --gpus-per-node "
                           "(the GPUs of one node, e.g. 8 for GPU_8xH100) and --num-nodes, or --processes for CPU "
                           "processes")
+    if config.handoff_to_torchrun and not config.local and config.tracking and not config.job_run_id:
+        raise ConfigError("--handoff-to-torchrun names the run's config by its job run for the GPU task, but no "
+                          "--job-run-id was given: pass --job-run-id {{job.run_id}} in the stage task's parameters")
     if not config.local and not config.output_dir:
         raise ConfigError("--output-dir is required on a cluster: give a folder every node reads, a Unity Catalog "
                           "volume path /Volumes/<catalog>/<schema>/<volume>/<run> (or use --local)")

@@ -15,7 +15,7 @@ import sys
 import time
 
 from . import config as configuration
-from .config import Config, ConfigError, placement
+from .config import Config, ConfigError
 from .engines import LaunchError, TrainingRun, available, engine as engine_named
 from .run_folder import FolderInUse, finished_metrics, held
 from .staging import TableError

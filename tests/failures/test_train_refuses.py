@@ -67,6 +67,9 @@ CASES = [
          ("cannot write into --output-dir", "Give a folder this run can create and write")),
     Case("an-output-folder-another-run-holds", ("--local", "--output-dir", "{tmp}/held"), 1,
          ("is in use by another training run (pid", "give this run its own --output-dir")),
+    Case("a-handoff-without-its-job-run", ("--output-dir", "/Volumes/c/s/v/run", "--handoff-to-torchrun",
+                                           "--gpus-per-node", "8"), 2,
+         ("no --job-run-id was given: pass --job-run-id {{job.run_id}}",)),
     Case("init-from-nothing", ("--local", "--init-from", "{tmp}/no-such-run"), 2,
          ("no-such-run does not exist: give an earlier run's output folder",)),
     Case("init-from-this-runs-own-folder", ("--local", "--output-dir", "{tmp}/a-file/..", "--init-from",
@@ -76,7 +79,7 @@ CASES = [
          ("--init-mode full says what --init-from takes, but --init-from is not given",)),
     usage("an-unknown-init-mode", "--init-mode", "optimizer", "invalid choice: 'optimizer'"),
 ]
-MIN_CASES = 29
+MIN_CASES = 30
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

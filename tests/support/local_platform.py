@@ -236,7 +236,8 @@ class LocalPlatform:
         environ = {name: value for name, value in os.environ.items()
                    if not name.startswith(("MLFLOW_", "DATABRICKS_", "PYSPARK_")) and name != "PYTHONPATH"}
         return {**environ, "PYTHONPATH": str(self.project / "src"), "SPARK_LOCAL_IP": "127.0.0.1",
-                "MLFLOW_TRACKING_URI": self.mlflow_uri, "DATABRICKS_HOST": self.workspace.url,
+                "MLFLOW_TRACKING_URI": self.mlflow_uri, "MLFLOW_ALLOW_FILE_STORE": "true",  # the server's stand-in
+                "DATABRICKS_HOST": self.workspace.url,
                 "DATABRICKS_TOKEN": DUMMY_TOKEN,
                 "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
 
@@ -357,7 +358,7 @@ def _run(command: list[str], environ: dict[str, str], cwd: Path, stop: Callable[
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
                 break
-            time.sleep(0.2)
+            time.sleep(0.05 if stop is not None else 0.2)
     _kill_leftovers(process.pid)
     return process.returncode, log.read_text(errors="replace")
 

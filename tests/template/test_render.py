@@ -207,3 +207,12 @@ def test_the_readme_installs_the_tool_that_builds_the_bundles_wheel(rendered):
     tool = yaml.safe_load((project / "databricks.yml").read_text())["artifacts"]["default"]["build"].split()[0]
     deploy = (project / "README.md").read_text().split("## Deploy and run", 1)[1]
     assert deploy.index(f"pip install {tool}") < deploy.index("databricks bundle deploy")
+
+
+def test_a_multi_node_job_says_what_its_idle_gpu_driver_costs(rendered):
+    """TorchDistributor's local_mode=False trains on the workers; the driver, a GPU node like them, coordinates."""
+    job = (rendered(cloud="aws", num_workers=2) / "resources" / "train_torch_distributor.job.yml").read_text()
+    assert "2 worker nodes train. The driver is one more node of the same GPU type" in job
+    assert "its GPUs idle" in job and "advise" in job
+    assert "The driver is one more node" not in (rendered() / "resources" / "train_torch_distributor.job.yml"
+                                                 ).read_text()

@@ -64,3 +64,17 @@ def test_dev_and_prod_write_to_different_volumes_and_dev_to_one_per_user(render,
     experiments = options(dev_written, "--mlflow-experiment")
     assert experiments and all(experiment == f"${{workspace.root_path}}/my-training-{engine}"
                                for engine, experiment in experiments)
+
+
+def test_prod_grants_the_principal_the_volume_and_says_that_grants_revoke_the_rest(rendered):
+    """Bundle grants are authoritative: a deploy revokes the privileges of every principal it does not list
+    (databricks/cli v1.13.0 bundle/direct/dresources/grants.go, removedGrantPrincipals), readers added by hand too.
+    The principal gets the volume from the bundle; what lies outside it (catalog, schema, table) the README lists."""
+    project = rendered()
+    _, prod = resolved(project, "prod")
+    assert prod["resources"]["volumes"]["training"]["grants"] == [
+        {"principal": "${var.service_principal}", "privileges": ["READ_VOLUME", "WRITE_VOLUME"]}]
+    assert "revokes those of any principal not listed" in (project / "databricks.yml").read_text()
+    readme = " ".join((project / "README.md").read_text().split())
+    assert "revokes any other principal's, including readers added by hand" in readme
+    assert all(grant in readme for grant in ("`USE CATALOG`", "`USE SCHEMA`", "`CREATE VOLUME`", "`SELECT`"))

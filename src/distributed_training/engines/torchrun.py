@@ -66,9 +66,6 @@ def _publish(config: Config, config_path: str, environment: dict[str, str]) -> N
     the tags of all but the newest KEPT_CONFIGS job runs."""
     from ..training.tracking import experiment_name
 
-    if not config.job_run_id:
-        raise LaunchError("the stage task names the run's config by its job run, but no --job-run-id was given: "
-                          "pass --job-run-id {{job.run_id}} in the task's parameters")
     os.environ.update(environment)
     try:
         import mlflow
