@@ -3,7 +3,8 @@ each run its own job run id and folder; a new run trains from the start, a retry
 and end where an uninterrupted run ends; the serverless GPU job's two tasks meet in their own run's folder; and the
 jobs of a project whose task.py was replaced still run.
 
-The kills are SIGKILL to a task's whole process group (a lost node), once the run's first checkpoint is complete.
+The kills are SIGKILL to a task's process and every process it started (a lost node), once the run has a complete
+checkpoint.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from distributed_training.training.checkpoints import complete_epochs
 
 from support.fake_workspace import FakeWorkspace
 from support.local_platform import SUCCESS, Interrupt, LocalPlatform, sample_tables
@@ -63,7 +66,8 @@ def metrics_of(platform: LocalPlatform, engine: str, run) -> dict:
 
 
 def first_checkpoint_done(platform: LocalPlatform, engine: str):
-    return lambda run: (run_folder(platform, engine, run) / "checkpoints" / "epoch-00001" / "complete.json").exists()
+    """True once the run has a complete checkpoint (older ones are pruned: not the first one by name)."""
+    return lambda run: bool(complete_epochs(str(run_folder(platform, engine, run) / "checkpoints")))
 
 
 def mlflow_run(platform: LocalPlatform, run_id: str):

@@ -94,7 +94,7 @@ class JobRun:
 
 @dataclass(frozen=True)
 class Interrupt:
-    """Kill a task's process group (SIGKILL: a lost node) in the given attempts, once `when(job_run)` holds."""
+    """Kill a task's process and all it started (SIGKILL: a lost node) in these attempts, once `when(job_run)` holds."""
     task_key: str
     when: Callable[[JobRun], bool]
     attempts: tuple[int, ...] = (0,)
@@ -355,18 +355,30 @@ def _run(command: list[str], environ: dict[str, str], cwd: Path, stop: Callable[
         deadline = time.monotonic() + TASK_TIMEOUT
         while process.poll() is None:
             if (stop is not None and stop()) or time.monotonic() > deadline:
-                os.killpg(process.pid, signal.SIGKILL)
+                _kill_tree(process.pid)
                 process.wait()
                 break
             time.sleep(0.05 if stop is not None else 0.2)
-    _kill_leftovers(process.pid)
+    _kill_tree(process.pid)
     return process.returncode, log.read_text(errors="replace")
 
 
-def _kill_leftovers(group: int) -> None:
-    """What the task left in its group (a killed driver's workers): a cluster's node takes them down with it."""
+def _kill_tree(pid: int) -> None:
+    """The process, everything it started (torchrun's workers start sessions of their own) and what is left in its
+    group: a lost node takes all of them down at once."""
+    import psutil
+
     try:
-        os.killpg(group, signal.SIGKILL)
+        doomed = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        doomed = []
+    for process in doomed:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
 

@@ -4,6 +4,8 @@ launchers of the chosen engines only, and nothing used only while generating (DE
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,16 +119,22 @@ def test_every_module_of_the_package_is_imported_by_another_or_is_an_entry_point
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_engines_not_chosen_are_pruned(rendered, engine):
-    engines = package_of(rendered(engine=engine)) / "engines"
+    package = package_of(rendered(engine=engine))
+    engines = package / "engines"
     carried = {path.stem for path in engines.glob("*.py")}
     assert engine in carried
     assert carried & set(ENGINES) == {engine}
     assert ("least_squares" in carried) == (engine == "spark_ml_connect")  # Spark ML's own solver
     assert "torchrun" in carried  # the serverless GPU hand-off, shared by the torch engines
+    assert ("distributor" in carried) == (engine in ("torch_distributor", "deepspeed"))  # the launcher both run
+    # and what it carries is whole: the engine's module imports with the project's own source alone
+    imported = subprocess.run([sys.executable, "-c", f"import my_training.engines.{engine}"], capture_output=True,
+                              text=True, cwd=package.parent)
+    assert imported.returncode == 0, imported.stderr[-2000:]
 
 
 def test_a_ray_project_carries_ray_alone(rendered):
     engines = package_of(rendered(engine="ray")) / "engines"
     assert (engines / "ray.py").is_file()
-    for name in ("torch_distributor.py", "deepspeed.py", "spark_ml_connect.py", "least_squares.py"):
+    for name in ("torch_distributor.py", "deepspeed.py", "distributor.py", "spark_ml_connect.py", "least_squares.py"):
         assert not (engines / name).exists(), name

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from distributed_training.files import write_atomically
+from distributed_training.staging import stage
 from distributed_training.task_interface import load_task
 from distributed_training.training import distributed
 from distributed_training.training.checkpoints import Checkpoints, complete_epochs
@@ -205,13 +206,15 @@ def test_a_new_run_starts_from_an_earlier_runs_weights_or_its_whole_state(spark,
     warm = train(still)
     assert warm["held_out_loss"] == pytest.approx(first["held_out_loss"], rel=1e-4)
     assert [epoch["epoch"] for epoch in warm["epochs"]] == [1] and warm["init_from"] == earlier.output_dir
-    cold = train(dataclasses.replace(still, output_dir=str(tmp_path / "weights-cold"), init_from=None))
+    cold = dataclasses.replace(still, output_dir=str(tmp_path / "weights-cold"), init_from=None)
+    staged(spark, cold, world_size=1, rows=600)
+    cold = train(cold)
     assert cold["held_out_loss"] > 2 * first["held_out_loss"]  # the same run without them learns nothing
 
     # The whole state of one checkpoint: the epochs go on from it, in a run of its own (a new MLflow run).
     onward = dataclasses.replace(earlier, output_dir=str(tmp_path / "full"), epochs=3, init_mode="full",
                                  init_from=str(tmp_path / "earlier" / "checkpoints" / "epoch-00001"))
-    staged(spark, onward, world_size=1, rows=600)
+    stage(spark, load_task(FARE), onward, 1)  # the earlier run's table: the same data
     continued = train(onward)
     assert [epoch["epoch"] for epoch in continued["epochs"]] == [1, 2, 3] and continued["resumed_from_epoch"] == 1
     assert continued["epochs"][0] == first["epochs"][0]  # epoch 1 is the earlier run's own history
@@ -220,6 +223,6 @@ def test_a_new_run_starts_from_an_earlier_runs_weights_or_its_whole_state(spark,
     assert again["resumed_from_epoch"] == 3
 
     other = dataclasses.replace(onward, output_dir=str(tmp_path / "other-seed"), seed=7)
-    staged(spark, other, world_size=1, rows=600)
+    stage(spark, load_task(FARE), other, 1)
     with pytest.raises(RuntimeError, match=r"belongs to another run \(.*seed: 42 -> 7.*--init-mode weights"):
         train(other)

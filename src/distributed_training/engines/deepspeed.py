@@ -21,7 +21,7 @@ from ..config import Config, Placement
 from ..files import write_json
 from ..training.deepspeed_config import deepspeed_config, offload_of, overridden
 from . import LaunchError
-from .torch_distributor import TorchDistributorEngine
+from .distributor import TorchDistributorEngine
 
 CONFIG_FILE = "deepspeed_config.json"
 CPU_COMMUNICATION_OP = "deepspeed_shm_comm"

@@ -29,6 +29,8 @@ for engine, files in ENGINE_FILES.items():
     if engine not in CHOSEN:
         for name in [*files, f"{PACKAGE}/engines/{engine}.py"]:
             Path(name).unlink(missing_ok=True)
+if not {"torch_distributor", "deepspeed"} & set(CHOSEN):
+    Path(f"{PACKAGE}/engines/distributor.py").unlink()  # the launcher both distributor engines run
 {%- if is_serverless(cookiecutter) %}
 shutil.rmtree("notebooks")  # a notebook cannot run what a serverless GPU job runs: an ai_runtime_task's nodes
 {%- else %}

@@ -1,0 +1,66 @@
+"""The torch launcher on Spark: the shared loop under DDP on every process TorchDistributor (pyspark.ml.torch) starts
+from the Spark driver. The TorchDistributor engine is this launcher as it is (torch_distributor.py); the DeepSpeed
+engine specialises it (deepspeed.py), as pyspark's DeepspeedTorchDistributor specialises TorchDistributor. A project
+carries this module with either.
+
+Placement, following the platform's advice (single node first):
+- one node: `local_mode=True`, the processes run on the driver, one per GPU it has;
+- several nodes: `local_mode=False`, one process per GPU across the executors (gpus per node x nodes), which needs
+  `spark.task.resource.gpu.amount` 1 on the cluster (the preflight checks it); the driver only coordinates;
+- `--local` (or no GPUs): `use_gpu=False`, N CPU processes talking over gloo.
+
+TorchDistributor pickles the function it runs and its arguments to the worker processes: the module-level
+`training.loop.train` and the run's `Config`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..config import Config, Placement, placement
+from ..staging import stage
+from ..task_interface import load_task
+from . import Engine, TrainingRun, failures
+
+
+class TorchDistributorEngine(Engine):
+    name = "torch_distributor"
+
+    def train(self, spark, config: Config, environment: dict[str, str]) -> TrainingRun:
+        """Stage the data for the planned processes, then run the loop on every one of them."""
+        from ..training.loop import train as train_on_every_rank
+
+        where = placement(config)
+        self.prepare(config, where)
+        stage(spark, load_task(config.task), config, where.world_size)
+        distributor, description = self.distributor(config, where), self.describe(where)
+        metrics = failures.reported(
+            lambda: distributor.run(run_on_a_rank, train_on_every_rank, failures.folder(config.output_dir), config,
+                                    environment),
+            config.output_dir, description)
+        return TrainingRun(description, metrics)
+
+    def prepare(self, config: Config, where: Placement) -> None:
+        """What the engine checks or writes before the data is staged (nothing, for plain DDP)."""
+
+    def distributor(self, config: Config, where: Placement):
+        from pyspark.ml.torch.distributor import TorchDistributor
+
+        return TorchDistributor(num_processes=where.world_size, local_mode=where.nodes == 1, use_gpu=where.use_gpu)
+
+    def describe(self, where: Placement) -> str:
+        mode = "on the driver (local_mode=True)" if where.nodes == 1 else "on the executors (local_mode=False)"
+        return f"TorchDistributor, {where.describe()} {mode}, {'NCCL' if where.use_gpu else 'gloo'}"
+
+
+def run_on_a_rank(train_function, failures_dir: str, *args):
+    """What every process of the distributor runs: the loop, its failure recorded for the driver.
+
+    The distributor reads the result that each node's local rank 0 writes once this returns; the other ranks, their
+    work done and their process group closed, leave at once (`distributed.leave_now`)."""
+    from ..training import distributed
+
+    result = failures.run_recording_failure(train_function, failures_dir, *args)
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        distributed.leave_now()
+    return result
