@@ -107,9 +107,13 @@ def test_a_node_takes_the_config_of_its_own_job_run_which_the_jobs_api_names(tmp
             workspace.record_output(gpu_task, {"ai_runtime_task_output": {"mlflow_run_id": mlflow_run}})
         # A repair of the earlier run, after a later one: the newer tag is not this node's.
         assert config_of_platform_run() == "/Volumes/c/s/v/101/torchrun/config.json"
+        client.set_experiment_tag(experiment, config_tag("99"), "/Volumes/c/s/v/99/torchrun/config.json")  # deleted
         workspace.record_output(202, {"ai_runtime_task_output": {"mlflow_run_id": "another-attempt"}})
-        with pytest.raises(LaunchError, match=f"none of the job runs whose stage task named a config \\(102, 101\\) "
+        with pytest.raises(LaunchError, match=f"none of the job runs whose stage task named a config \\(102, 101, 99\\) "
                                               f"runs the MLflow run {attempt}"):
+            config_of_platform_run()
+        workspace.fail_next("/api/2.2/jobs/runs/get", 403)
+        with pytest.raises(LaunchError, match="the Jobs API refused to show job run 102 .*needs CAN VIEW"):
             config_of_platform_run()
     assert configs_by_job_run({config_tag("9"): "", config_tag("100"): "", config_tag("10"): "", "other": ""}) == [
         "100", "10", "9"]

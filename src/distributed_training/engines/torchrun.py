@@ -113,14 +113,17 @@ def job_run_of(mlflow_run_id: str, job_runs: list[str]) -> str:
     """Which of `job_runs` runs the GPU task whose MLflow run is `mlflow_run_id`, by the Jobs API (runs/get, then
     runs/get-output of each of its AI Runtime tasks). The SDK's own retries and timeouts bound every request."""
     from databricks.sdk import WorkspaceClient
+    from databricks.sdk.errors import DatabricksError
 
     api = WorkspaceClient().api_client
     for job_run in job_runs:
         try:
             tasks = api.do("GET", "/api/2.2/jobs/runs/get", query={"run_id": job_run}).get("tasks", [])
-        except Exception as error:  # a run deleted since: not this one
-            print(f"warning: cannot read job run {job_run} ({str(error).splitlines()[0]}): skipped", flush=True)
-            continue
+        except DatabricksError as error:
+            if "does not exist" in str(error):  # a run deleted since: not this one
+                continue
+            raise LaunchError(f"the Jobs API refused to show job run {job_run} ({str(error).splitlines()[0]}): the "
+                              "GPU task's identity needs CAN VIEW on its own job") from None
         for task in tasks:
             if "ai_runtime_task" not in task:
                 continue
