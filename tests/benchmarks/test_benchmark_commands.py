@@ -38,8 +38,9 @@ def test_the_data_and_generation_benchmarks_print_and_write_every_figure(tmp_pat
         assert f"{row['ratio']:.2f}" in completed.stdout  # the table shows each ratio
     reading = next(row for name, row in rows.items() if "(read_shard)" in name)
     # One pyarrow call over the shard's files, like the baseline: about 1.0 (0.95 or more in the full run); far
-    # below that, something was added to the read.
-    assert reading["ratio"] > 0.8, reading
+    # below that, something was added to the read. Each side's least disturbed run: on a busy machine the median's
+    # ratio fell to 0.68 with nothing changed in the read.
+    assert max(reading["runs"]) / max(reading["baseline_runs"]) > 0.8, reading
     assert any("causal_lm.examples" in name and row["unit"] == "tokens/s" for name, row in rows.items())
     assert any(name.startswith("validate the answer matrix") for name in rows)
 
