@@ -42,7 +42,8 @@ def train_argument_findings(tree: Mapping, bundle_root: FilePath) -> list[Findin
     calls = [(job_key, path, task["python_wheel_task"]) for job_key, job in jobs_of(tree)
              for path, task in tasks_of(job, ("resources", "jobs", job_key))
              if isinstance(task.get("python_wheel_task"), dict)
-             and task["python_wheel_task"].get("entry_point") in entry_points]
+             and isinstance(task["python_wheel_task"].get("entry_point"), str)
+             and task["python_wheel_task"]["entry_point"] in entry_points]
     findings = []
     for job_key, path, wheel_task in calls:
         package = entry_points[wheel_task["entry_point"]]
