@@ -109,7 +109,7 @@ class LocalPlatform:
         self.mlflow_uri = f"file:{self.root / 'mlflow'}"
         self.tree = self._deployed(user, variables or {}, lookups or {})
         self.jobs = self.tree.get("resources", {}).get("jobs", {})
-        self.job_ids = {key: 1000 + index for index, key in enumerate(sorted(self.jobs))}
+        self.job_ids = {key: int(job["id"]) for key, job in self.jobs.items()}
         self._ids = itertools.count(FIRST_RUN_ID)
 
     # --- deploy ------------------------------------------------------------------------------------------------
@@ -130,8 +130,8 @@ class LocalPlatform:
                             ("resource_path", "resources")):
             workspace.setdefault(key, f"{workspace['root_path']}/{folder}")
         tree["workspace"] = workspace
-        for index, (key, job) in enumerate(sorted(tree.get("resources", {}).get("jobs", {}).items())):
-            job["id"] = str(1000 + index)
+        for index, (_, job) in enumerate(sorted(tree.get("resources", {}).get("jobs", {}).items())):
+            job["id"] = str(1000 + index)  # what ${resources.jobs.<key>.id} resolves to, and the Jobs API's id
         environ = {f"BUNDLE_VAR_{variable}": value for variable, value in overrides.items()}
         variables = target_variables(tree, environ)
         variables.update({name: Variable(name, value, has_value=True) for name, value in lookups.items()})
