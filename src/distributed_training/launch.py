@@ -17,7 +17,7 @@ import time
 from . import config as configuration
 from .config import Config, ConfigError
 from .engines import LaunchError, TrainingRun, available, engine as engine_named
-from .run_folder import FolderInUse, finished_metrics, held
+from .run_folder import FolderInUse, announce_finished, held
 from .staging import TableError
 from .task_interface import TaskError
 
@@ -36,12 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    finished = finished_metrics(config.output_dir, config.engine, config.task, config.epochs) if config.resume else None
-    if finished is not None:
-        print(f"The run in {config.output_dir} has finished already: held-out loss {finished['held_out_loss']:.4f}, "
-              f"the trivial predictor's {finished['baseline_loss']:.4f} ({finished.get('metrics_file')}). Nothing to "
-              "train: to train again, give a new --output-dir (a job passes its run's own), or --no-resume to start "
-              "over there.", flush=True)
+    if announce_finished(config):
         return 0
     try:
         with held(config.output_dir):

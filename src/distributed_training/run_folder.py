@@ -57,6 +57,18 @@ def held(path: str, inheritable: bool = False):
         yield
 
 
+def announce_finished(config) -> bool:
+    """Whether the run in config.output_dir has finished (a resumable run only); says so, with its result."""
+    finished = finished_metrics(config.output_dir, config.engine, config.task, config.epochs) if config.resume \
+        else None
+    if finished is not None:
+        print(f"The run in {config.output_dir} has finished already: held-out loss {finished['held_out_loss']:.4f}, "
+              f"the trivial predictor's {finished['baseline_loss']:.4f} ({finished.get('metrics_file')}). Nothing to "
+              "train: to train again, give a new --output-dir (a job passes its run's own), or --no-resume to start "
+              "over there.", flush=True)
+    return finished is not None
+
+
 def finished_metrics(output_dir: str, engine: str, task: str, epochs: int) -> dict | None:
     """The metrics of the run that finished in `output_dir` with this engine and task, for at least `epochs` epochs;
     None when there is none (no metrics yet, another engine or task, or fewer epochs: a longer run continues)."""

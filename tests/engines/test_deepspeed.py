@@ -3,16 +3,20 @@ tasks; its config from the run's options over a config to start from, checked by
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from distributed_training import config as configuration
 from distributed_training.engines import LaunchError
 from distributed_training.engines.deepspeed import ENGINE, check_with_deepspeed
+from distributed_training.task_interface import load_task
+from distributed_training.training.data import StagedData
 from distributed_training.training.deepspeed_config import deepspeed_config
+from distributed_training.training.loop import load_weights
+from distributed_training.training.strategy import checkpoint_weights
 
 from conftest import FARE, LANGUAGE, assert_it_learned
 
@@ -35,6 +39,11 @@ def test_two_processes_learn_under_zero_2_and_record_the_run(spark, staged_run, 
         ["epoch-00002", "epoch-00003"]
     params = Path(config.output_dir, "mlruns").glob(f"*/{metrics['mlflow_run_id']}/params/zero_stage")
     assert [path.read_text() for path in params] == ["2"]
+    # --init-from reads a DeepSpeed checkpoint's weights as a plain model's, whole and in fp32
+    weights = checkpoint_weights(str(Path(config.output_dir, "checkpoints")), "epoch-00003")
+    model = load_task(task).build_model(StagedData.load(config.staging_dir).stats, config.task_options)
+    load_weights(model, weights, "the DeepSpeed run")
+    assert all(value.dtype == torch.float32 for value in weights.values() if value.is_floating_point())
 
 
 def options(*argv: str):

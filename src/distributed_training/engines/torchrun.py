@@ -32,7 +32,7 @@ import sys
 
 from ..config import Config, from_json, placement, to_json
 from ..files import write_json, write_text
-from ..run_folder import FolderInUse, finished_metrics, held
+from ..run_folder import FolderInUse, announce_finished, held
 from ..staging import stage
 from ..task_interface import load_task
 from . import LaunchError
@@ -172,11 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
         train(config)
         return 0
-    finished = finished_metrics(config.output_dir, config.engine, config.task, config.epochs) if config.resume \
-        else None
-    if finished is not None:
-        print(f"The run in {config.output_dir} has finished already ({finished.get('metrics_file')}): nothing to "
-              "train", flush=True)
+    if announce_finished(config):
         return 0
     if os.environ.get("NODE_RANK", "0") != "0":  # the first node holds the folder for the run
         return _exec(config, command)

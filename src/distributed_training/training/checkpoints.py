@@ -9,6 +9,9 @@ A checkpoint counts only with its completion marker, and every file is written u
 renamed, so a run killed mid-save leaves nothing a resume would take for whole. A checkpoint that is marked
 complete but does not load (a truncated or damaged file) is skipped with a warning, and the one before it is used.
 
+A new run may start from another run's checkpoint (--init-from): its weights alone, or with `continue_from` its
+whole state, when the run identities match.
+
 The resumed run ends where an uninterrupted one would: the weights and optimizer state come back from the
 checkpoint, and everything random depends only on the seed, the rank and the epoch (see `ShuffledBatches`).
 """
