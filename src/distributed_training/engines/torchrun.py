@@ -168,10 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.worker:
+        from ..training import distributed
         from ..training.loop import train
 
-        train(config)
-        return 0
+        train(config)  # its results are written and its process group closed when it returns
+        distributed.leave_now()  # past the native teardown, where a finished gloo rank was seen to abort
     if announce_finished(config):
         return 0
     if os.environ.get("NODE_RANK", "0") != "0":  # the first node holds the folder for the run
