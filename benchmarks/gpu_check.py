@@ -24,8 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-from .gpu_peaks import PEAKS, Peak, peak_of
-from .mfu import FORMULA, mfu, training_flops_per_token
+from distributed_training.training.throughput import PEAKS, Peak, mfu, peak_of
+
+FORMULA = ("MFU = tokens/s x (6 x N + 12 x n_layer x d_model x seq_len) / (n_gpus x peak FLOP/s), "
+           "N = parameters in matrix multiplies (position embedding left out): causal_lm.flops_per_token and "
+           "throughput.mfu, as the loop reports it in MLflow")
 
 TASK = "distributed_training.tasks.causal_lm"
 MFU_TARGET = 0.45  # GPT-2 small through the loop on one H200 (issue 16)
@@ -58,10 +61,7 @@ class Model:
     context: int
     parameters: int
     matmul_parameters: int  # without the position embedding
-
-    @property
-    def flops_per_token(self) -> int:
-        return training_flops_per_token(self.matmul_parameters, self.layers, self.width, self.context)
+    flops_per_token: int  # the task's own count, the loop's
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,14 +114,14 @@ def _gpus(args, visible: bool) -> Machine:
 def _model(size: str) -> Model:
     import torch
 
-    from distributed_training.tasks.causal_lm import GPT, PRESETS
+    from distributed_training.tasks.causal_lm import GPT, PRESETS, Options, flops_per_token
 
     layers, heads, width, context = PRESETS[size]
     with torch.device("meta"):  # counted without allocating
         gpt = GPT(layers, heads, width, context)
     parameters = sum(parameter.numel() for parameter in gpt.parameters())
-    return Model(size, layers, heads, width, context, parameters,
-                 parameters - gpt.position_embedding.weight.numel())
+    return Model(size, layers, heads, width, context, parameters, parameters - gpt.position_embedding.weight.numel(),
+                 flops_per_token(gpt, Options(model_size=size)))
 
 
 def _peak_tflops(args, machine: Machine) -> float | None:
@@ -260,6 +260,7 @@ def _write_config(run_dir: Path, engine: str, args, machine: Machine, staging: P
                     gpus_per_node=machine.processes if machine.on_gpu else 0,
                     processes=None if machine.on_gpu else machine.processes, precision=machine.precision,
                     epochs=args.epochs, batch_size=args.batch_size, learning_rate=LEARNING_RATE,
+                    log_every_steps=args.steps,  # one report an epoch: the run's figures leave the first out
                     checkpoint_every=args.epochs, keep_checkpoints=1, resume=False, tracking=False,
                     zero_stage=2 if engine == "deepspeed" else None, task_options=Options(model_size=args.model_size))
     run_dir.mkdir(parents=True)
@@ -271,7 +272,7 @@ def _loop_run(run_dir: Path, label: str, args, machine: Machine, model: Model, d
     _run(label, _loop_command(run_dir), deadline)
     shutil.rmtree(run_dir / "checkpoints")  # the final weights and optimizer state, about 1 GB, of no use here
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    tokens_per_second = metrics["examples_per_second"] * model.context
+    tokens_per_second = metrics["tokens_per_second"]  # the loop's figure, as MLflow has it
     peak = _peak_tflops(args, machine)
     figures = {"label": label, "tokens_per_second": tokens_per_second,
                "tokens_per_second_per_process": tokens_per_second / machine.processes,

@@ -117,6 +117,9 @@ class Config:
     processes: int | None = option(None, "CPU processes per node instead of GPUs (default "
                                          f"{DEFAULT_LOCAL_PROCESSES})", parse=whole(1, MAX_PROCESSES), metavar="N")
     epochs: int = option(8, "passes over the training data", parse=whole(1, 100_000))
+    max_steps: int | None = option(None, "a budget in optimizer steps (updates): the run ends at the smaller of it "
+                                         "and --epochs, and the learning-rate schedule spans that length",
+                                   parse=whole(1, 10 ** 9), metavar="STEPS")
     batch_size: int = option(64, "examples per step per process", parse=whole(1, 1_000_000))
     learning_rate: float = option(3e-3, "AdamW's peak learning rate", parse=number(0.0, 10.0, low_open=True))
     weight_decay: float = option(0.01, "AdamW's weight decay, on weight matrices only", parse=number(0.0, 1.0))
@@ -133,6 +136,17 @@ class Config:
                                      metavar="SECONDS")
     checkpoint_every: int = option(1, "epochs between checkpoints, in OUTPUT_DIR/checkpoints (the last always)",
                                    parse=whole(1, 100_000), metavar="EPOCHS")
+    checkpoint_every_steps: int | None = option(None, "also checkpoint every this many optimizer steps, mid-epoch "
+                                                      "included (a resume continues from that very step)",
+                                                parse=whole(1, 10 ** 9), metavar="STEPS")
+    log_every_steps: int = option(50, "optimizer steps between progress lines and MLflow metrics: loss, learning "
+                                      "rate, gradient norm, tokens/s, MFU, step time (0: once an epoch only)",
+                                  parse=whole(0, 10 ** 9), metavar="STEPS")
+    eval_every_steps: int | None = option(None, "also evaluate on --eval-batches held-out batches every this many "
+                                                "optimizer steps (the whole held-out split is evaluated after every "
+                                                "epoch and at the end)", parse=whole(1, 10 ** 9), metavar="STEPS")
+    eval_batches: int = option(20, "held-out batches per process in an evaluation every --eval-every-steps",
+                               parse=whole(1, 10 ** 6), metavar="N")
     keep_checkpoints: int = option(2, "how many of the newest checkpoints to keep", parse=whole(1, 1000),
                                    metavar="N")
     resume: bool = option(True, "start over instead of resuming from the newest complete checkpoint in OUTPUT_DIR")

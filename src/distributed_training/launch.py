@@ -20,6 +20,7 @@ from .engines import LaunchError, TrainingRun, available, engine as engine_named
 from .run_folder import FolderInUse, announce_finished, held
 from .staging import TableError
 from .task_interface import TaskError
+from .training.checkpoints import refusal_to_resume
 
 SAMPLE_TABLE_DIR = "sample_table"
 
@@ -38,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if announce_finished(config):
         return 0
+    refusal = refusal_to_resume(config)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 1
     try:
         with held(config.output_dir):
             config, result = _run(config)

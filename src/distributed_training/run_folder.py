@@ -5,7 +5,7 @@ or a repair of that job run keeps its id, finds its folder and resumes there; a 
 folder, and starts fresh (or from an earlier run's checkpoint, with --init-from). So every folder holds one run's
 staged data, checkpoints, metrics and MLflow run, and two runs never mix.
 
-A run into a folder whose run has finished (its metrics.json is written, for as many epochs as asked) has nothing to
+A run into a folder whose run has finished (its metrics.json is written, for as many steps as asked) has nothing to
 train: it reports those metrics and ends, so a repair that reruns a finished task costs nothing and changes nothing.
 """
 
@@ -59,8 +59,8 @@ def held(path: str, inheritable: bool = False):
 
 def announce_finished(config) -> bool:
     """Whether the run in config.output_dir has finished (a resumable run only); says so, with its result."""
-    finished = finished_metrics(config.output_dir, config.engine, config.task, config.epochs) if config.resume \
-        else None
+    finished = finished_metrics(config.output_dir, config.engine, config.task, config.epochs, config.max_steps) \
+        if config.resume else None
     if finished is not None:
         print(f"The run in {config.output_dir} has finished already: held-out loss {finished['held_out_loss']:.4f}, "
               f"the trivial predictor's {finished['baseline_loss']:.4f} ({finished.get('metrics_file')}). Nothing to "
@@ -69,9 +69,10 @@ def announce_finished(config) -> bool:
     return finished is not None
 
 
-def finished_metrics(output_dir: str, engine: str, task: str, epochs: int) -> dict | None:
-    """The metrics of the run that finished in `output_dir` with this engine and task, for at least `epochs` epochs;
-    None when there is none (no metrics yet, another engine or task, or fewer epochs: a longer run continues)."""
+def finished_metrics(output_dir: str, engine: str, task: str, epochs: int, max_steps: int | None = None) -> dict | None:
+    """The metrics of the run that finished in `output_dir` with this engine and task, for at least the steps that
+    `epochs` and `max_steps` make; None when there is none (no metrics yet, another engine or task, or fewer steps: a
+    longer run continues)."""
     try:
         with open(os.path.join(output_dir, METRICS_FILE)) as file:
             metrics = json.load(file)
@@ -79,6 +80,9 @@ def finished_metrics(output_dir: str, engine: str, task: str, epochs: int) -> di
         return None
     if not isinstance(metrics, dict) or metrics.get("engine") != engine or metrics.get("task", task) != task:
         return None
-    final = metrics.get("final") if isinstance(metrics.get("final"), dict) else {}
-    done = final.get("epoch", epochs)  # Spark ML fits once: no epochs
-    return metrics if isinstance(done, int) and done >= epochs else None
+    if "step" not in metrics:  # Spark ML fits once: no steps
+        return metrics
+    done, per_epoch = metrics.get("step"), metrics.get("updates_per_epoch")
+    if not (isinstance(done, int) and isinstance(per_epoch, int)):
+        return None
+    return metrics if done >= min(epochs * per_epoch, max_steps or epochs * per_epoch) else None

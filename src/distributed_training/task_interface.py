@@ -15,11 +15,19 @@ Torch side (every rank; the serverless stage task, which has no torch, never cal
     examples(rows, stats, options)        this rank's rows (a pyarrow Table) as a tuple of tensors, one example per
                                           row of dimension 0 (the loop shuffles and slices them into batches)
     build_model(stats, options)           the torch module to train
-    loss(model, batch)                    the mean training loss of a batch (a tuple like `examples` returns)
+    loss(model, batch)                    the mean training loss of a batch (a tuple like `examples` returns), the
+                                          mean over what `count` counts
     evaluate(model, batch, stats)         sums over a held-out batch, added up over batches and ranks by the loop
     summarize(sums, stats)                the held-out metrics from those sums: at least held_out_loss and
                                           baseline_loss (the trivial predictor's loss on the same rows)
     exported_model(model, stats, batch)   (the module MLflow logs, an example input for it)
+
+Optional, for a task whose examples hold tokens (the causal LM defines both; the fare task neither):
+    count(batch)                          the tokens the batch's loss is the mean over. The loop weighs each
+                                          micro-batch by it, so an update's gradient is that of the mean over every
+                                          token of the update on every rank, and reports tokens/s. Without it the
+                                          loop counts examples (rows of dimension 0) and reports examples/s.
+    flops_per_token(model, options)       the model's training FLOPs per token (forward and backward), for MFU
 
 The loop owns everything else: the optimizer, the learning-rate schedule, gradient clipping, precision, data
 parallelism, checkpoints and MLflow.

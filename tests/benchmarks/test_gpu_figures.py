@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-from benchmarks.gpu_peaks import peak_of
-from benchmarks.mfu import mfu, training_flops_per_token
+from distributed_training.tasks.causal_lm import GPT, PRESETS, Options, flops_per_token
+from distributed_training.training.throughput import mfu, peak_of
 
 
 @pytest.mark.parametrize("name, model, tflops", [
@@ -47,7 +48,9 @@ def test_an_unknown_gpu_gets_no_figure(name):
 
 def test_flops_per_token_are_six_per_weight_plus_attention():
     # GPT-2 small's shape with a byte vocabulary: 85,301,760 parameters in matrix multiplies, 12 layers of 768, 1024
-    assert training_flops_per_token(85_301_760, 12, 768, 1024) == 6 * 85_301_760 + 12 * 12 * 768 * 1024 == 625_056_768
+    with torch.device("meta"):
+        gpt = GPT(*PRESETS["gpt2-small"])
+    assert flops_per_token(gpt, Options(model_size="gpt2-small")) == 6 * 85_301_760 + 12 * 12 * 768 * 1024 == 625_056_768
 
 
 def test_mfu_is_the_model_s_flops_over_the_gpus_summed_peak():

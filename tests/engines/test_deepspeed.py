@@ -13,6 +13,7 @@ from distributed_training import config as configuration
 from distributed_training.engines import LaunchError
 from distributed_training.engines.deepspeed import ENGINE, check_with_deepspeed
 from distributed_training.task_interface import load_task
+from distributed_training.training.checkpoints import tag_of
 from distributed_training.training.data import StagedData
 from distributed_training.training.deepspeed_config import deepspeed_config
 from distributed_training.training.loop import load_weights
@@ -35,12 +36,13 @@ def test_two_processes_learn_under_zero_2_and_record_the_run(spark, staged_run, 
     written = json.loads(Path(config.output_dir, "deepspeed_config.json").read_text())
     assert written["zero_optimization"] == {"stage": 2} and "optimizer" not in written and "scheduler" not in written
     assert written["train_batch_size"] == 32 * 2 * accumulation and written["gradient_clipping"] == config.grad_clip
-    assert sorted(path.name for path in Path(config.output_dir, "checkpoints").glob("epoch-*")) == \
-        ["epoch-00002", "epoch-00003"]
+    per_epoch = metrics["updates_per_epoch"]
+    assert sorted(path.name for path in Path(config.output_dir, "checkpoints").glob("step-*")) == \
+        [tag_of(2 * per_epoch), tag_of(3 * per_epoch)]
     params = Path(config.output_dir, "mlruns").glob(f"*/{metrics['mlflow_run_id']}/params/zero_stage")
     assert [path.read_text() for path in params] == ["2"]
     # --init-from reads a DeepSpeed checkpoint's weights as a plain model's, whole and in fp32
-    weights = checkpoint_weights(str(Path(config.output_dir, "checkpoints")), "epoch-00003")
+    weights = checkpoint_weights(str(Path(config.output_dir, "checkpoints")), tag_of(3 * per_epoch))
     model = load_task(task).build_model(StagedData.load(config.staging_dir).stats, config.task_options)
     load_weights(model, weights, "the DeepSpeed run")
     assert all(value.dtype == torch.float32 for value in weights.values() if value.is_floating_point())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.training.checkpoints import complete_epochs
+from distributed_training.training.checkpoints import complete_steps
 
 from support.fake_workspace import FakeWorkspace
 from support.local_platform import SUCCESS, Interrupt, LocalPlatform, sample_tables
@@ -67,7 +67,7 @@ def metrics_of(platform: LocalPlatform, engine: str, run) -> dict:
 
 def first_checkpoint_done(platform: LocalPlatform, engine: str):
     """True once the run has a complete checkpoint (older ones are pruned: not the first one by name)."""
-    return lambda run: bool(complete_epochs(str(run_folder(platform, engine, run) / "checkpoints")))
+    return lambda run: bool(complete_steps(str(run_folder(platform, engine, run) / "checkpoints")))
 
 
 def mlflow_run(platform: LocalPlatform, run_id: str):
@@ -94,14 +94,14 @@ def test_a_second_run_of_a_job_trains_again_in_a_folder_and_mlflow_run_of_its_ow
         assert mlflow.info.status == "FINISHED"
         if engine != "spark_ml_connect":  # the loop: every epoch trained, nothing resumed, the job run named
             assert [epoch["epoch"] for epoch in run_metrics["epochs"]] == [1, 2]
-            assert run_metrics["resumed_from_epoch"] is None
+            assert run_metrics["resumed_from_step"] is None
             assert run_metrics["job_run_id"] == str(run.run_id) == mlflow.data.tags["job_run_id"]
     if engine != "spark_ml_connect":  # same data, seed and settings: the same result, trained twice
         assert metrics[1]["held_out_loss"] == pytest.approx(metrics[0]["held_out_loss"], rel=1e-5)
 
 
 def resumed_mid_run(metrics: dict) -> bool:
-    return 1 <= metrics["resumed_from_epoch"] < int(KILLED_EPOCHS["epochs"])
+    return 1 <= metrics["resumed_from_step"] < metrics["step"]
 
 
 def test_a_retry_and_a_repair_resume_their_own_run_and_end_as_an_uninterrupted_one(platform_of):
@@ -115,7 +115,7 @@ def test_a_retry_and_a_repair_resume_their_own_run_and_end_as_an_uninterrupted_o
                                interrupt=Interrupt("train", first_checkpoint_done(platform, engine), attempts=(0,)))
     assert [attempt.state for attempt in retried.attempts] == ["FAILED", SUCCESS], retried.report()
     metrics = metrics_of(platform, engine, retried)
-    assert resumed_mid_run(metrics), metrics["resumed_from_epoch"]
+    assert resumed_mid_run(metrics), metrics["resumed_from_step"]
     assert metrics["held_out_loss"] == pytest.approx(reference["held_out_loss"], rel=1e-5)
 
     repaired = platform.run_job(f"train_{engine}", KILLED_EPOCHS,  # killed in the first attempt and in its retry
@@ -145,7 +145,7 @@ def test_the_serverless_job_stages_and_trains_in_its_own_run_and_a_repair_after_
     second = platform.run_job(f"train_{engine}", KILLED_EPOCHS)
     assert_succeeded(second)
     second_metrics = metrics_of(platform, engine, second)
-    assert second_metrics["resumed_from_epoch"] is None and second_metrics["job_run_id"] == str(second.run_id)
+    assert second_metrics["resumed_from_step"] is None and second_metrics["job_run_id"] == str(second.run_id)
 
     platform.repair(first)  # after the later run: it must take its own run's config, data and checkpoints
     assert_succeeded(first)

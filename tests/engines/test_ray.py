@@ -22,6 +22,7 @@ from distributed_training.config import Config
 from distributed_training.engines.ray import RayPlacement, fit, ray_placement, ray_running
 from distributed_training.staging import stage
 from distributed_training.task_interface import load_task
+from distributed_training.training.checkpoints import tag_of
 
 from conftest import FARE, LANGUAGE, SOURCE, assert_it_learned
 
@@ -127,13 +128,13 @@ def test_the_language_model_trains_under_ray_train_on_one_node_and_a_retry_resum
     where = RayPlacement(workers=2, use_gpu=False, worker_nodes=0)
     with ray_running(where, logs_dir=str(tmp_logs(config))):
         metrics = fit(config, {}, where)
-        assert metrics["world_size"] == 2 and metrics["resumed_from_epoch"] is None
+        assert metrics["world_size"] == 2 and metrics["resumed_from_step"] is None
         assert_it_learned(metrics, LANGUAGE)
 
-        shutil.rmtree(Path(config.checkpoint_dir) / "epoch-00003")
+        shutil.rmtree(Path(config.checkpoint_dir) / tag_of(metrics["step"]))
         retried = fit(config, {}, where)
     assert signal.getsignal(signal.SIGINT) is ctrl_c
-    assert retried["resumed_from_epoch"] == 2
+    assert retried["resumed_from_step"] == 2 * metrics["updates_per_epoch"]
     assert [epoch["train_loss"] for epoch in retried["epochs"]] == pytest.approx(
         [epoch["train_loss"] for epoch in metrics["epochs"]], rel=1e-5)
     assert retried["held_out_loss"] == pytest.approx(metrics["held_out_loss"], rel=1e-5)

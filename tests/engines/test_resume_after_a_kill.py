@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.training.checkpoints import complete_epochs
+from distributed_training.training.checkpoints import complete_steps, tag_of
 
 from conftest import FARE, assert_it_learned, environment, metrics_of, output_of, train_command
 
@@ -69,7 +69,7 @@ def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_s
                                  start_new_session=True)
         try:
             deadline = time.monotonic() + 400
-            while len(complete_epochs(str(checkpoints))) < 2:
+            while len(complete_steps(str(checkpoints))) < 2:
                 assert first.poll() is None, "the run ended before its second checkpoint:\n" + log.read_text()[-3000:]
                 assert time.monotonic() < deadline, "no second checkpoint in time"
                 time.sleep(0.05)
@@ -84,15 +84,15 @@ def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_s
     assert first.returncode == 1, log.read_text()[-3000:]
     assert "error: training failed in the worker processes" in log.read_text()
 
-    complete = complete_epochs(str(checkpoints))
-    assert len(complete) >= 2 and complete[0] < EPOCHS, complete
-    damage(checkpoints / f"epoch-{complete[0]:05d}", engine)
+    complete = complete_steps(str(checkpoints))
+    assert len(complete) >= 2, complete
+    damage(checkpoints / tag_of(complete[0]), engine)
     rerun = train_command(output, engine, FARE, *OPTIONS)
     assert rerun.returncode == 0, output_of(rerun)
-    assert f"checkpoint of epoch {complete[0]} does not load on every rank: skipped" in rerun.stdout
-    assert f"resuming from the checkpoint of epoch {complete[1]}" in rerun.stdout
+    assert f"checkpoint of step {complete[0]} does not load on every rank: skipped" in rerun.stdout
+    assert f"resuming from the checkpoint of step {complete[1]}" in rerun.stdout
     resumed = metrics_of(output)
-    assert resumed["resumed_from_epoch"] == complete[1]
+    assert resumed["resumed_from_step"] == complete[1] < resumed["step"]
 
     uninterrupted = train_command(tmp_path / "uninterrupted", engine, FARE, *OPTIONS)
     assert uninterrupted.returncode == 0, output_of(uninterrupted)
@@ -116,10 +116,10 @@ def assert_mlflow_holds_the_run(store: Path, metrics: dict, engine: str):
     run = client.get_run(metrics["mlflow_run_id"])  # one run across the kill: the rerun reopened it
     assert run.data.params["epochs"] == str(EPOCHS) and run.data.params["world_size"] == "2"
     assert run.data.params["engine"] == engine and run.data.params["batch_size"] == "16"
-    history = client.get_metric_history(run.info.run_id, "test_rmse")
-    last_per_epoch = {point.step: point.value for point in sorted(history, key=lambda point: point.timestamp)}
-    assert sorted(last_per_epoch) == list(range(1, EPOCHS + 1))
-    assert last_per_epoch[EPOCHS] == pytest.approx(metrics["final"]["test_rmse"])
+    history = client.get_metric_history(run.info.run_id, "test_rmse")  # at each epoch's last step
+    last_per_step = {point.step: point.value for point in sorted(history, key=lambda point: point.timestamp)}
+    assert sorted(last_per_step) == [epoch["step"] for epoch in metrics["epochs"]]
+    assert last_per_step[metrics["step"]] == pytest.approx(metrics["final"]["test_rmse"])
 
     models = mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list")
     assert [model.source_run_id for model in models] == [run.info.run_id]

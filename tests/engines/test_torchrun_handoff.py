@@ -16,6 +16,7 @@ from distributed_training.engines import LaunchError, torchrun
 from distributed_training.engines.torchrun import config_of_platform_run, config_tag, configs_by_job_run, \
     torchrun_command
 from distributed_training.run_folder import held
+from distributed_training.training.checkpoints import tag_of
 
 from support.fake_workspace import DUMMY_TOKEN, FakeWorkspace
 
@@ -41,7 +42,7 @@ def test_the_stage_step_needs_no_torch_and_its_command_trains(tmp_path, engine, 
     metrics = metrics_of(output)
     assert metrics["world_size"] == 2 and metrics["engine"] == engine
     assert_it_learned(metrics, task)
-    assert (output / "checkpoints" / "epoch-00003" / "complete.json").exists()
+    assert (output / "checkpoints" / tag_of(metrics["step"]) / "complete.json").exists()
 
 
 def test_credentials_never_land_in_the_config_file(tmp_path, monkeypatch):

@@ -1,29 +1,34 @@
-"""The loop's steps on every rank of a real process group, for tests that compare data parallelism with one process.
+"""The loop's updates on every rank of a real process group, for tests that compare data parallelism with one process.
 
 `ranks_train` runs in processes that torch.multiprocessing starts: each joins a gloo group, reads its own shard of
-the staged data, and takes `steps` micro-batches through the real strategy (DDP or DeepSpeed), the task's loss, the
-loop's AdamW and schedule, then writes its final weights. `one_process_train` takes, step by step, the union of the
-ranks' micro-batches through DDP on a single process.
+the staged data, and takes `steps` micro-batches through the real strategy (DDP or DeepSpeed) and the loop's
+`update`, with plain SGD at a constant learning rate and no clipping, so that the weights' change is the gradient
+itself (AdamW would absorb a constant factor on it); then it evaluates the result on its held-out share, and writes
+its weights, those metrics, the optimizer steps taken and the reductions DDP made. `one_process_train` takes, update
+by update, the union of the ranks' micro-batches on a single process.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import torch
 
 from distributed_training.task_interface import load_task
 from distributed_training.training import distributed, strategy as strategies
 from distributed_training.training.data import StagedData, read_shard
-from distributed_training.training.loop import ShuffledBatches, adamw, warmup_then_cosine
+from distributed_training.training.loop import ShuffledBatches, evaluate, update
 
-UPDATES = 20  # the schedule's length: the few steps taken stay in its warm-up and early decay
+SGD_LEARNING_RATE = 0.05
 
 
-def rank_examples(config, rank: int, world_size: int) -> tuple:
+def rank_examples(config, rank: int, world_size: int, split: str = "train") -> tuple:
     data = StagedData.load(config.staging_dir)
     task = load_task(config.task)
-    return task.examples(read_shard(data.train_dir, rank, world_size), data.stats, config.task_options)
+    directory = data.train_dir if split == "train" else data.test_dir
+    return task.examples(read_shard(directory, rank, world_size, require_rows=split == "train"), data.stats,
+                         config.task_options)
 
 
 def rank_batches(config, rank: int, world_size: int, steps: int, per_rank: int) -> list[tuple]:
@@ -33,19 +38,38 @@ def rank_batches(config, rank: int, world_size: int, steps: int, per_rank: int) 
     return [batch for _, batch in zip(range(steps), batches)]
 
 
-def take_steps(config, process, batches: list[tuple]) -> dict:
+def sgd(model: torch.nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model.parameters(), lr=SGD_LEARNING_RATE)
+
+
+def prepared(config, process):
+    """The task, its statistics and a strategy around a fresh model: SGD, a constant rate (no clipping: the config's
+    grad_clip is 0)."""
+    assert config.grad_clip == 0, "clipping would hide a constant factor on the gradient"
     data = StagedData.load(config.staging_dir)
     task = load_task(config.task)
     torch.manual_seed(config.seed)
     strategy = strategies.create(config, process)
-    strategy.prepare(task.build_model(data.stats, config.task_options),
-                     lambda model: adamw(model, config.learning_rate, config.weight_decay),
-                     warmup_then_cosine(UPDATES, 0.1))
-    for batch in batches:
-        loss = task.loss(strategy.model, strategy.to_device(batch))
-        strategy.backward(loss)
-        strategy.step()
-    return strategy.full_state_dict()
+    strategy.prepare(task.build_model(data.stats, config.task_options), sgd, lambda step: 1.0)
+    return task, data.stats, strategy
+
+
+def take_steps(config, process, batches: list[tuple], reductions: Counter | None = None):
+    """The micro-batches in windows of config.grad_accumulation, one update each; the strategy after them.
+    `reductions`: counts DDP's all-reduces per gradient bucket (a communication hook that does the default one)."""
+    task, _, strategy = prepared(config, process)
+    if reductions is not None:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        def counting(state, bucket):
+            reductions[bucket.index()] += 1
+            return allreduce_hook(state, bucket)
+
+        strategy.model.register_comm_hook(None, counting)
+    k = config.grad_accumulation
+    for first in range(0, len(batches), k):
+        update(task, strategy, [strategy.to_device(batch) for batch in batches[first:first + k]], process)
+    return strategy
 
 
 def ranks_train(rank: int, world_size: int, config, steps: int, per_rank: int, port: int, results: str) -> None:
@@ -53,17 +77,37 @@ def ranks_train(rank: int, world_size: int, config, steps: int, per_rank: int, p
                       MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(world_size), DS_ACCELERATOR="cpu")
     process = distributed.start(use_gpu=False)
     try:
-        weights = take_steps(config, process, rank_batches(config, rank, world_size, steps, per_rank))
-        torch.save(weights, os.path.join(results, f"rank-{rank}.pt"))
+        reductions = Counter() if config.engine != "deepspeed" else None
+        strategy = take_steps(config, process, rank_batches(config, rank, world_size, steps, per_rank), reductions)
+        task, stats = load_task(config.task), StagedData.load(config.staging_dir).stats
+        held_out = evaluate(task, strategy, rank_examples(config, rank, world_size, "test"), stats, process)
+        updates = strategy.model.global_steps if config.engine == "deepspeed" else None
+        torch.save({"weights": strategy.full_state_dict(), "held_out": held_out, "reductions": dict(reductions or {}),
+                    "deepspeed_updates": updates}, os.path.join(results, f"rank-{rank}.pt"))
     finally:
         distributed.stop(process)
     distributed.leave_now()  # the result is on disk
 
 
-def one_process_train(config, world_size: int, steps: int, per_rank: int) -> dict:
-    """DDP on one process, each micro-batch the ranks' micro-batches of that step together."""
+def single_process() -> distributed.Process:
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         os.environ.pop(name, None)
+    return distributed.start(use_gpu=False)
+
+
+def one_process_train(config, world_size: int, steps: int, per_rank: int) -> dict:
+    """One process, each micro-batch the ranks' micro-batches of that step together; its weights."""
     shares = [rank_batches(config, rank, world_size, steps, per_rank) for rank in range(world_size)]
     union = [tuple(torch.cat(parts) for parts in zip(*step)) for step in zip(*shares)]
-    return take_steps(config, distributed.start(use_gpu=False), union)
+    return take_steps(config, single_process(), union).full_state_dict()
+
+
+def one_process_evaluation(config, weights: dict, world_size: int) -> dict:
+    """The held-out metrics of `weights` over the held-out examples of every rank together, on one process. (They
+    are the whole split's for the fare task; the LM cuts each rank's share into whole blocks, so the union lacks the
+    whole split's blocks across the shares' seams.)"""
+    task, stats, strategy = prepared(config, single_process())
+    strategy.module.load_state_dict(weights)
+    shares = [rank_examples(config, rank, world_size, "test") for rank in range(world_size)]
+    union = tuple(torch.cat(parts) for parts in zip(*shares))
+    return evaluate(task, strategy, union, stats, strategy.process)

@@ -3,6 +3,7 @@ rerun can trust, a resumed run that ends where an uninterrupted one does, and a 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 
@@ -13,9 +14,11 @@ from distributed_training.files import write_atomically
 from distributed_training.staging import stage
 from distributed_training.task_interface import load_task
 from distributed_training.training import distributed
-from distributed_training.training.checkpoints import Checkpoints, complete_epochs
+from distributed_training.training.data import read_shard
+from distributed_training.training import loop
+from distributed_training.training.checkpoints import Checkpoints, complete_steps, tag_of
 from distributed_training.training.loop import NonFiniteLoss, ShuffledBatches, adamw, train, warmup_then_cosine
-from distributed_training.training.strategy import DataParallel
+from distributed_training.training.strategy import DataParallel, checkpoint_weights
 
 from support.runs import FARE, LANGUAGE, resolved_config, staged
 
@@ -29,13 +32,87 @@ def single_process(monkeypatch):
     return distributed.start(use_gpu=False)
 
 
-def test_the_schedule_warms_up_then_decays_to_a_tenth():
-    multiplier = warmup_then_cosine(updates=100, warmup_fraction=0.1)
-    values = [multiplier(step) for step in range(100)]
-    assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
-    assert all(later <= earlier + 1e-12 for earlier, later in zip(values[10:], values[11:]))  # then only down
-    assert values[-1] == pytest.approx(0.1, abs=1e-3)
-    assert warmup_then_cosine(updates=10, warmup_fraction=0.0)(0) == pytest.approx(1.0)
+@pytest.mark.parametrize("updates", [2, 3, 7, 20, 100, 1001])
+@pytest.mark.parametrize("warmup_fraction", [0.0, 0.05, 0.1, 0.5])
+def test_the_schedule_peaks_at_the_end_of_warm_up_and_ends_on_the_floor(updates, warmup_fraction):
+    multiplier = warmup_then_cosine(updates=updates, warmup_fraction=warmup_fraction)
+    values = [multiplier(step) for step in range(updates)]  # the rate of each update the run takes
+    warmup = int(updates * warmup_fraction)
+    assert max(values) <= 1.0 and values[max(warmup - 1, 0)] == 1.0
+    assert values[-1] == pytest.approx(0.1, abs=1e-12)  # the last update's rate is the floor
+    assert all(later <= earlier + 1e-12 for earlier, later in zip(values[warmup:], values[warmup + 1:]))
+    assert all(earlier < later for earlier, later in zip(values[:warmup], values[1:warmup]))  # warm-up only climbs
+
+
+@pytest.mark.parametrize("accumulation, max_steps, expected", [(1, None, 3 * 25), (2, None, 3 * 12), (2, 10, 10),
+                                                               (3, 1000, 3 * 8)])
+def test_the_run_s_length_is_its_epochs_in_whole_updates_cut_by_max_steps(accumulation, max_steps, expected):
+    config = resolved_config("/tmp/unused", FARE, epochs=3, grad_accumulation=accumulation, max_steps=max_steps)
+    plan = loop.Plan.of(config, micro_batches=25, per_rank=25 * 64)
+    assert plan.updates == expected and plan.updates_per_epoch == 25 // accumulation
+    assert plan.epoch_of(plan.updates_per_epoch - 1) == 1 and plan.epoch_of(plan.updates_per_epoch) == 2
+
+
+def sgd_strategy(process, model):
+    strategy = DataParallel(process, "fp32", grad_clip=0.0)
+    strategy.prepare(model, lambda model: torch.optim.SGD(model.parameters(), lr=1.0), lambda step: 1.0)
+    return strategy
+
+
+@pytest.mark.parametrize("task_name, sizes", [(FARE, (8, 8, 3)), (LANGUAGE, (4, 1, 2))])
+def test_an_update_s_gradient_is_the_mean_over_every_item_of_its_window(spark, tmp_path, single_process, task_name,
+                                                                       sizes):
+    """Micro-batches of different sizes (a short last batch): the update is the gradient of the mean over all their
+    examples (fare) or tokens (the LM's `count`), not the mean of the micro-batches' means."""
+    config, data = staged(spark, resolved_config(tmp_path, task_name, processes=1), world_size=1, rows=400)
+    task = load_task(task_name)
+    examples = task.examples(read_shard(data.train_dir, 0, 1), data.stats, config.task_options)
+    starts = [sum(sizes[:index]) for index in range(len(sizes))]
+    window = [tuple(tensor[start:start + size] for tensor in examples) for start, size in zip(starts, sizes)]
+    torch.manual_seed(0)
+    model = task.build_model(data.stats, config.task_options)
+    reference = copy.deepcopy(model)
+    strategy = sgd_strategy(single_process, model)
+    loop.update(task, strategy, window, single_process)
+
+    whole = tuple(torch.cat(parts) for parts in zip(*window))
+    task.loss(reference, whole).backward()  # the mean over the whole window at once
+    expected = {name: parameter - parameter.grad for name, parameter in reference.named_parameters()}
+    for name, parameter in strategy.module.named_parameters():
+        assert torch.allclose(parameter, expected[name], rtol=0, atol=1e-6), name
+    means_of_means = sum(task.loss(copy.deepcopy(reference), part) for part in window) / len(window)
+    assert abs(float(means_of_means.detach()) - float(task.loss(reference, whole).detach())) > 1e-4  # the sizes do differ in weight
+
+
+def test_a_checkpoint_s_keys_are_the_plain_model_s_whether_compiled_or_not(tmp_path, single_process):
+    plain = strategy_with_weights(single_process, 2.0)
+    compiled = DataParallel(single_process, "fp32", grad_clip=1.0)
+    compiled.prepare(torch.compile(torch.nn.Linear(2, 1)), lambda model: adamw(model, 1e-3, 0.0), lambda step: 1.0)
+    assert all(name.startswith("_orig_mod.") for name in compiled.module.state_dict())  # what compile does
+    compiled.save(str(tmp_path), "compiled")
+    assert set(checkpoint_weights(str(tmp_path), "compiled")) == {"weight", "bias"}
+    plain.save(str(tmp_path), "plain")
+    compiled.load(str(tmp_path), "plain")  # a compiled run resumes a plain one's checkpoint, and back
+    assert first_weight(compiled) == 2.0 and set(compiled.full_state_dict()) == {"weight", "bias"}
+
+
+def test_a_longer_budget_on_resume_continues_on_the_longer_schedule(spark, tmp_path, single_process, monkeypatch):
+    """--max-steps raised on a rerun: it resumes at the step reached, and from the next update on the rate is the
+    longer schedule's at that step (higher than the shorter one's: no second warm-up, the cosine stretched)."""
+    config, _ = staged(spark, resolved_config(tmp_path, FARE, processes=1, epochs=5, max_steps=6, warmup_fraction=0.2,
+                                              tracking=False), world_size=1, rows=800)
+    rates = []
+    real_update = loop.update
+    monkeypatch.setattr(loop, "update", lambda task, strategy, *rest: (rates.append(strategy.learning_rate),
+                                                                        real_update(task, strategy, *rest))[1])
+    short = train(config)
+    assert short["step"] == 6 and rates[-1] == pytest.approx(0.1 * config.learning_rate)
+    rates.clear()
+    longer = train(dataclasses.replace(config, max_steps=12))
+    assert longer["resumed_from_step"] == 6 and longer["step"] == 12 and len(rates) == 6
+    schedule = warmup_then_cosine(12, 0.2)
+    assert rates == pytest.approx([config.learning_rate * schedule(step) for step in range(6, 12)], rel=1e-9)
+    assert rates[0] > 0.1 * config.learning_rate
 
 
 def test_weight_decay_falls_on_matrices_only():
@@ -58,7 +135,7 @@ def test_batches_cover_every_example_once_an_epoch_in_an_order_the_epoch_decides
 
 
 def strategy_with_weights(process, value):
-    strategy = DataParallel(process, "fp32", accumulation=1, grad_clip=1.0)
+    strategy = DataParallel(process, "fp32", grad_clip=1.0)
     strategy.prepare(torch.nn.Linear(2, 1), lambda model: adamw(model, 1e-3, 0.0), lambda step: 1.0)
     with torch.no_grad():
         for parameter in strategy.module.parameters():
@@ -84,25 +161,25 @@ def test_an_interrupted_write_leaves_no_file_under_the_real_name(tmp_path):
 
 def test_the_newest_checkpoint_is_resumed_and_only_the_newest_are_kept(tmp_path, single_process):
     checkpoints = Checkpoints(str(tmp_path), single_process, keep=2, run_identity=IDENTITY, log=lambda *_: None)
-    for epoch in (1, 2, 3):
-        checkpoints.save(strategy_with_weights(single_process, float(epoch)), epoch, {"history": [epoch]})
-    assert complete_epochs(str(tmp_path)) == [3, 2]
+    for step in (10, 20, 30):
+        checkpoints.save(strategy_with_weights(single_process, float(step)), step, {"history": [step]})
+    assert complete_steps(str(tmp_path)) == [30, 20]
     fresh = strategy_with_weights(single_process, 0.0)
     marker = checkpoints.resume(fresh)
-    assert marker["epoch"] == 3 and marker["history"] == [3] and first_weight(fresh) == 3.0
+    assert marker["step"] == 30 and marker["history"] == [30] and first_weight(fresh) == 30.0
 
 
 def test_a_truncated_checkpoint_is_skipped_for_the_one_before_it(tmp_path, single_process, capsys):
     checkpoints = Checkpoints(str(tmp_path), single_process, keep=3, run_identity=IDENTITY)
-    for epoch in (1, 2):
-        checkpoints.save(strategy_with_weights(single_process, float(epoch)), epoch, {"history": []})
-    newest = tmp_path / "epoch-00002" / "state.pt"
+    for step in (1, 2):
+        checkpoints.save(strategy_with_weights(single_process, float(step)), step, {"history": []})
+    newest = tmp_path / tag_of(2) / "state.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-    (tmp_path / "epoch-00003").mkdir()  # a save that died before its marker: not a checkpoint at all
+    (tmp_path / tag_of(3)).mkdir()  # a save that died before its marker: not a checkpoint at all
     fresh = strategy_with_weights(single_process, 0.0)
-    assert checkpoints.resume(fresh)["epoch"] == 1 and first_weight(fresh) == 1.0
+    assert checkpoints.resume(fresh)["step"] == 1 and first_weight(fresh) == 1.0
     output = capsys.readouterr().out
-    assert "cannot load" in output and "checkpoint of epoch 2 does not load on every rank: skipped" in output
+    assert "cannot load" in output and "checkpoint of step 2 does not load on every rank: skipped" in output
 
 
 def test_a_checkpoint_of_another_run_is_refused_with_the_fix(tmp_path, single_process):
@@ -117,41 +194,56 @@ class Interrupted(Exception):
     pass
 
 
+def final_weights(output_dir) -> dict:
+    steps = complete_steps(str(output_dir / "checkpoints"))
+    return checkpoint_weights(str(output_dir / "checkpoints"), tag_of(steps[0]))
+
+
 @pytest.mark.parametrize("task", [FARE, LANGUAGE])
-def test_a_resumed_run_ends_where_an_uninterrupted_one_does(spark, tmp_path, single_process, task, monkeypatch):
-    config, _ = staged(spark, resolved_config(tmp_path / "whole", task, processes=1, epochs=4, grad_accumulation=2),
-                       world_size=1, rows=800)
+def test_a_run_killed_mid_epoch_between_step_checkpoints_ends_where_an_uninterrupted_one_does(
+        spark, tmp_path, single_process, task, monkeypatch):
+    config, _ = staged(spark, resolved_config(tmp_path / "whole", task, processes=1, epochs=3, grad_accumulation=2,
+                                              checkpoint_every_steps=3, log_every_steps=2), world_size=1, rows=800)
     whole = train(config)
+    per_epoch = whole["updates_per_epoch"]
+    killed_in = per_epoch + 5  # epoch 2's sixth update: two past the checkpoint of step per_epoch + 3 (or + 4)
+    resumable = max(step for step in range(1, killed_in) if step % 3 == 0 or step % per_epoch == 0)
+    assert per_epoch < resumable < killed_in - 1 < 2 * per_epoch, "the kill must fall mid-epoch between checkpoints"
     split = dataclasses.replace(config, output_dir=str(tmp_path / "split"))
     staged(spark, split, world_size=1, rows=800)
-    save = Checkpoints.save
+    real_update, updates = loop.update, []
 
-    def save_then_stop_after_epoch_2(self, strategy, epoch, progress):
-        save(self, strategy, epoch, progress)
-        if epoch == 2:
-            raise Interrupted  # the process dies right after its second checkpoint
+    def update_until_killed(*arguments):
+        updates.append(1)
+        if len(updates) == killed_in:
+            raise Interrupted  # the process dies in the middle of an update, its last checkpoint two steps back
+        return real_update(*arguments)
 
-    monkeypatch.setattr(Checkpoints, "save", save_then_stop_after_epoch_2)
+    monkeypatch.setattr(loop, "update", update_until_killed)
     with pytest.raises(Interrupted):
         train(split)
-    monkeypatch.setattr(Checkpoints, "save", save)
+    monkeypatch.setattr(loop, "update", real_update)
+    assert complete_steps(str(tmp_path / "split" / "checkpoints"))[0] == resumable
     resumed = train(split)
 
-    assert resumed["resumed_from_epoch"] == 2 and [epoch["epoch"] for epoch in resumed["epochs"]] == [1, 2, 3, 4]
+    assert whole["final"]["learning_rate"] == pytest.approx(0.1 * config.learning_rate)  # the last update's: the floor
+    assert resumed["resumed_from_step"] == resumable and [epoch["epoch"] for epoch in resumed["epochs"]] == [1, 2, 3]
+    ours, theirs = final_weights(tmp_path / "split"), final_weights(tmp_path / "whole")
+    assert max(float((ours[name] - theirs[name]).abs().max()) for name in theirs) < 1e-6
     for name in ("train_loss", "held_out_loss", "learning_rate"):
         assert [epoch[name] for epoch in resumed["epochs"]] == pytest.approx(
             [epoch[name] for epoch in whole["epochs"]], rel=1e-6)
     written = json.loads((tmp_path / "split" / "metrics.json").read_text())
     assert written["held_out_loss"] == resumed["held_out_loss"] and "baseline_loss" in written
-    marker = json.loads((tmp_path / "split" / "checkpoints" / "epoch-00004" / "complete.json").read_text())
-    assert marker["epoch"] == 4 and marker["run_identity"]["task"] == task
+    marker = json.loads((tmp_path / "split" / "checkpoints" / tag_of(3 * per_epoch) / "complete.json").read_text())
+    assert (marker["step"], marker["epoch"], marker["run_identity"]["task"]) == (3 * per_epoch, 3, task)
 
     # the throughput counts the examples an epoch trains: whole updates of 2 batches of 32, a short last batch short
     per_rank = whole["train_examples"]
     batches = -(-per_rank // config.batch_size)
     trained = min((batches - batches % 2) * config.batch_size, per_rank)
     assert [epoch["examples_per_second"] * epoch["train_seconds"] for epoch in whole["epochs"]] == pytest.approx(
-        [trained] * 4)
+        [trained] * 3)
 
 
 def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_last_good_checkpoint(spark, tmp_path, single_process,
@@ -166,9 +258,11 @@ def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_last_good_checkpoin
         return loss(model, batch) * (float("nan") if len(calls) > 13 else 1.0)
 
     monkeypatch.setattr(load_task(FARE), "loss", nan_in_epoch_2)
-    with pytest.raises(NonFiniteLoss, match="the loss became nan in epoch 2.*Lower --learning-rate"):
+    with pytest.raises(NonFiniteLoss, match="the training loss became nan by step .*: no checkpoint of it.*Lower "
+                                            "--learning-rate"):
         train(config)
-    assert complete_epochs(str(tmp_path / "checkpoints")) == [1]  # the last good one; nothing of epoch 2
+    steps = complete_steps(str(tmp_path / "checkpoints"))
+    assert len(steps) == 1 and steps[0] < 13  # the last good one, epoch 1's; nothing of epoch 2
     assert not (tmp_path / "metrics.json").exists()
     import mlflow
 
@@ -212,15 +306,17 @@ def test_a_new_run_starts_from_an_earlier_runs_weights_or_its_whole_state(spark,
     assert cold["held_out_loss"] > 2 * first["held_out_loss"]  # the same run without them learns nothing
 
     # The whole state of one checkpoint: the epochs go on from it, in a run of its own (a new MLflow run).
+    per_epoch = first["updates_per_epoch"]
     onward = dataclasses.replace(earlier, output_dir=str(tmp_path / "full"), epochs=3, init_mode="full",
-                                 init_from=str(tmp_path / "earlier" / "checkpoints" / "epoch-00001"))
+                                 init_from=str(tmp_path / "earlier" / "checkpoints" / tag_of(per_epoch)))
     stage(spark, load_task(FARE), onward, 1)  # the earlier run's table: the same data
     continued = train(onward)
-    assert [epoch["epoch"] for epoch in continued["epochs"]] == [1, 2, 3] and continued["resumed_from_epoch"] == 1
+    assert [epoch["epoch"] for epoch in continued["epochs"]] == [1, 2, 3]
+    assert continued["resumed_from_step"] == per_epoch
     assert continued["epochs"][0] == first["epochs"][0]  # epoch 1 is the earlier run's own history
 
     again = train(onward)  # a rerun into its folder resumes its own newest checkpoint, not the earlier run's
-    assert again["resumed_from_epoch"] == 3
+    assert again["resumed_from_step"] == 3 * per_epoch
 
     other = dataclasses.replace(onward, output_dir=str(tmp_path / "other-seed"), seed=7)
     stage(spark, load_task(FARE), other, 1)

@@ -15,15 +15,18 @@ from support.runs import FARE, resolved_config
 def write_metrics(folder, **fields):
     folder.mkdir(parents=True, exist_ok=True)
     metrics = {"engine": "torch_distributor", "task": FARE, "held_out_loss": 0.5, "baseline_loss": 2.0,
-               "final": {"epoch": 3}, "metrics_file": str(folder / "metrics.json"), **fields}
+               "step": 30, "updates_per_epoch": 10, "metrics_file": str(folder / "metrics.json"), **fields}
     (folder / "metrics.json").write_text(json.dumps(metrics))
 
 
-def test_a_finished_run_is_one_of_the_same_engine_task_and_at_least_the_epochs_asked(tmp_path):
+def test_a_finished_run_is_one_of_the_same_engine_task_and_at_least_the_steps_asked(tmp_path):
     write_metrics(tmp_path)
     assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 3)["held_out_loss"] == 0.5
     assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 2) is not None
     assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 5) is None  # a longer run goes on
+    assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 5, max_steps=30) is not None  # 30 < 50 steps
+    assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 3, max_steps=31) is not None  # 3 epochs: 30
+    assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 5, max_steps=31) is None  # one more step
     assert finished_metrics(str(tmp_path), "deepspeed", FARE, 3) is None
     assert finished_metrics(str(tmp_path), "torch_distributor", "another.task", 3) is None
     assert finished_metrics(str(tmp_path / "nothing"), "torch_distributor", FARE, 3) is None

@@ -182,15 +182,15 @@ def _train_on_worker(loop_config: dict) -> None:
     """What every Ray Train worker runs: the shared loop, then the run's metrics and final checkpoint reported."""
     import ray.train
 
-    from ..training.checkpoints import tag_of
+    from ..training.checkpoints import complete_steps, tag_of
     from ..training.loop import train as train_on_every_rank
 
     config: Config = loop_config["config"]
     metrics = failures.run_recording_failure(train_on_every_rank, failures.folder(config.output_dir), config,
                                              loop_config["environment"])
     final = None
-    if ray.train.get_context().get_world_rank() == 0:  # the loop always checkpoints its last epoch
-        final = ray.train.Checkpoint(os.path.join(config.checkpoint_dir, tag_of(config.epochs)))
+    if ray.train.get_context().get_world_rank() == 0:  # the loop always checkpoints its last step
+        final = ray.train.Checkpoint(os.path.join(config.checkpoint_dir, tag_of(complete_steps(config.checkpoint_dir)[0])))
     upload = getattr(ray.train, "CheckpointUploadMode", None)
     if upload is None:  # a Ray Train older than 2.50 copies it into the same folder, as checkpoint_NNNNNN
         ray.train.report(metrics, checkpoint=final)

@@ -102,7 +102,7 @@ class SparkMLEngine(Engine):
                        "final": scores, "seconds": round(time.perf_counter() - started, 2), "model_dir": model_dir,
                        "metrics_file": os.path.join(config.output_dir, METRICS_FILE), "mlflow_run_id": run_id}
             write_json(metrics["metrics_file"], metrics)
-            tracker.log_epoch(1, scores)
+            tracker.log_step(1, scores)
             tracker.log_file(metrics["metrics_file"])
             tracker.log_folder(model_dir, MODEL_DIR)
         except BaseException:

@@ -33,6 +33,7 @@ import sys
 from ..config import Config, from_json, placement, to_json
 from ..files import write_json, write_text
 from ..run_folder import FolderInUse, announce_finished, held
+from ..training.checkpoints import refusal_to_resume
 from ..staging import stage
 from ..task_interface import load_task
 from . import LaunchError
@@ -175,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         distributed.leave_now()  # past the native teardown, where a finished gloo rank was seen to abort
     if announce_finished(config):
         return 0
+    refusal = refusal_to_resume(config)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 1
     if os.environ.get("NODE_RANK", "0") != "0":  # the first node holds the folder for the run
         return _exec(config, command)
     try:

@@ -227,6 +227,21 @@ def loss(model, batch):
     return F.cross_entropy(logits.flatten(0, 1), blocks[:, 1:].flatten())
 
 
+def count(batch) -> int:
+    """The tokens the loss is the mean over: every block's targets."""
+    (blocks,) = batch
+    return blocks.shape[0] * (blocks.shape[1] - 1)
+
+
+def flops_per_token(model, options: Options) -> int:
+    """Training FLOPs per token (PaLM, appendix B): 6 for each weight that multiplies activations (2 forward, 4
+    backward), the tied embedding counted once and the position embedding, only added, left out; plus 12 x layers x
+    width x context for attention's scores and weighted sums (the causal mask's saving not subtracted)."""
+    layers, _, width, context = PRESETS[options.model_size]
+    matmul_weights = count_parameters(model) - model.position_embedding.weight.numel()
+    return 6 * matmul_weights + 12 * layers * width * context
+
+
 def unigram_log_probabilities(stats: dict):
     counts = torch.tensor(stats["token_counts"], dtype=torch.float64) + 1.0  # add-one: no token is impossible
     return (counts / counts.sum()).log()

@@ -1,9 +1,11 @@
-"""Checkpoints at epoch boundaries that a rerun can trust, and the resume from the newest one.
+"""Checkpoints after any optimizer step that a rerun can trust, and the resume from the newest one.
 
 Layout, under a folder every rank reaches (a Unity Catalog volume on a cluster):
 
-    checkpoints/epoch-00003/state.pt          the training state (DeepSpeed: its own files, a shard per rank)
-    checkpoints/epoch-00003/complete.json     written last, by rank 0, once every rank has saved
+    checkpoints/step-00001200/state.pt        the training state (DeepSpeed: its own files, a shard per rank)
+    checkpoints/step-00001200/rng-rank0.pt    each rank's random number generators' states
+    checkpoints/step-00001200/complete.json   written last, by rank 0, once every rank has saved: the step, the
+                                              epoch and how far into it, the run's identity and its progress
 
 A checkpoint counts only with its completion marker, and every file is written under a temporary name and then
 renamed, so a run killed mid-save leaves nothing a resume would take for whole. A checkpoint that is marked
@@ -12,8 +14,14 @@ complete but does not load (a truncated or damaged file) is skipped with a warni
 A new run may start from another run's checkpoint (--init-from): its weights alone, or with `continue_from` its
 whole state, when the run identities match.
 
-The resumed run ends where an uninterrupted one would: the weights and optimizer state come back from the
-checkpoint, and everything random depends only on the seed, the rank and the epoch (see `ShuffledBatches`).
+The resumed run ends where an uninterrupted one would, even from the middle of an epoch: the weights, optimizer and
+schedule come back from the checkpoint, the data order depends only on the seed, the rank and the epoch, and the
+batches already taken in that epoch are skipped (see `ShuffledBatches`); the random generators come back too.
+
+What a resume must share with the checkpoint is its run identity: what changes the math or the data order (task and
+its options, data, processes, seed, batch, accumulation). Logging, checkpoint cadence and the length of the run
+(--epochs, --max-steps) are not part of it: a longer run continues where the shorter one stopped. The part of the
+identity that the options alone decide is compared before Spark starts (`refusal_to_resume`).
 """
 
 from __future__ import annotations
@@ -23,19 +31,21 @@ import os
 import re
 import shutil
 
+from dataclasses import asdict
+
 from ..config import CHECKPOINTS_DIR
-from ..files import write_json
-from . import distributed
+from ..files import write_atomically, write_json
 
 MARKER = "complete.json"
-TAG = re.compile(r"^epoch-(\d+)$")
+TAG = re.compile(r"^step-(\d+)$")
+RNG_FILE = "rng-rank{rank}.pt"
 
 
-def tag_of(epoch: int) -> str:
-    return f"epoch-{epoch:05d}"
+def tag_of(step: int) -> str:
+    return f"step-{step:08d}"
 
 
-def epoch_of(tag: str) -> int:
+def step_of(tag: str) -> int:
     return int(TAG.match(tag).group(1))
 
 
@@ -54,10 +64,10 @@ def named_checkpoint(path: str) -> tuple[str, str]:
     if TAG.match(os.path.basename(path)) and os.path.exists(os.path.join(path, MARKER)):
         return os.path.dirname(path), os.path.basename(path)
     for directory in (path, os.path.join(path, CHECKPOINTS_DIR)):
-        epochs = complete_epochs(directory)
-        if epochs:
-            return directory, tag_of(epochs[0])
-    raise CheckpointFolderError(f"--init-from {path} holds no complete checkpoint (a folder epoch-NNNNN with "
+        steps = complete_steps(directory)
+        if steps:
+            return directory, tag_of(steps[0])
+    raise CheckpointFolderError(f"--init-from {path} holds no complete checkpoint (a folder step-NNNNNNNN with "
                                 f"{MARKER}): give an earlier run's output folder, its {CHECKPOINTS_DIR} folder or one "
                                 "of its checkpoints")
 
@@ -71,13 +81,47 @@ def _differences(theirs, ours: dict) -> str:
     return "; ".join(changed)
 
 
-def complete_epochs(directory: str) -> list[int]:
-    """The epochs with a complete checkpoint, newest first."""
+def complete_steps(directory: str) -> list[int]:
+    """The steps with a complete checkpoint, newest first."""
     if not os.path.isdir(directory):
         return []
-    epochs = [int(match.group(1)) for match in map(TAG.match, os.listdir(directory))
-              if match and os.path.exists(os.path.join(directory, match.group(0), MARKER))]
-    return sorted(epochs, reverse=True)
+    steps = [int(match.group(1)) for match in map(TAG.match, os.listdir(directory))
+             if match and os.path.exists(os.path.join(directory, match.group(0), MARKER))]
+    return sorted(steps, reverse=True)
+
+
+def options_identity(config) -> dict:
+    """The part of a run's identity that its options decide (JSON types: compared after a round trip)."""
+    return {"task": config.task, "task_options": _json(asdict(config.task_options)), "engine": config.engine,
+            "seed": config.seed, "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation}
+
+
+def refusal_to_resume(config) -> str | None:
+    """Why this run cannot resume the newest checkpoint in its folder, as far as the options tell (the data and the
+    processes are compared once the data is staged); None when it can, or has nothing to resume."""
+    if not config.resume:
+        return None
+    steps = complete_steps(config.checkpoint_dir)
+    marker = read_marker(config.checkpoint_dir, tag_of(steps[0])) if steps else None
+    if marker is None:
+        return None
+    theirs, ours = marker.get("run_identity"), options_identity(config)
+    if isinstance(theirs, dict):
+        theirs = {name: theirs.get(name) for name in ours}
+    differences = _differences(theirs, ours)
+    if not differences:
+        return None
+    return (f"{config.output_dir} holds the checkpoints of another run ({differences}): give this run its own "
+            "--output-dir, train with that run's settings to continue it, or --no-resume to start over there")
+
+
+def _json(value):
+    """Tuples as lists, as they read back from JSON."""
+    if isinstance(value, (tuple, list)):
+        return [_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _json(item) for key, item in value.items()}
+    return value
 
 
 class CheckpointFolderError(OSError):
@@ -109,36 +153,47 @@ class Checkpoints:
         self.directory, self.process, self.keep, self.run_identity, self.log = (
             directory, process, keep, run_identity, log)
 
-    def save(self, strategy, epoch: int, progress: dict) -> None:
-        """Every rank calls it: the strategy writes the state, then rank 0 marks it complete and drops old ones."""
-        tag = tag_of(epoch)
+    def save(self, strategy, step: int, progress: dict) -> None:
+        """Every rank calls it: the strategy writes the state and each rank its generators' states, then rank 0 marks
+        it complete (with `progress`: the epoch, how far into it, and what the loop needs to go on) and drops old
+        ones."""
+        import torch  # here, not above: the pre-check runs where there is no torch (a serverless stage task)
+
+        from . import distributed
+
+        tag = tag_of(step)
         strategy.save(self.directory, tag)
+        generators = random_states()
+        write_atomically(os.path.join(self.directory, tag, RNG_FILE.format(rank=self.process.rank)),
+                         lambda file: torch.save(generators, file))
         distributed.barrier(self.process)  # every rank's files are in place before the marker says so
         if self.process.is_main:
             write_json(os.path.join(self.directory, tag, MARKER),
-                       {"epoch": epoch, "run_identity": self.run_identity, **progress})
+                       {"step": step, "run_identity": self.run_identity, **progress})
             self._drop_old()
             self.log(f"checkpoint saved: {os.path.join(self.directory, tag)}")
         distributed.barrier(self.process)
 
     def resume(self, strategy) -> dict | None:
-        """Load this run's newest checkpoint that loads on every rank; its marker (epoch and progress), or None."""
+        """Load this run's newest checkpoint that loads on every rank; its marker (step and progress), or None."""
         fix = "give this run its own output folder, or turn resuming off (--no-resume) to start over there"
-        return self._load_newest(strategy, self.directory, complete_epochs(self.directory), "resuming from", fix)
+        return self._load_newest(strategy, self.directory, complete_steps(self.directory), "resuming from", fix)
 
     def continue_from(self, strategy, directory: str, tag: str) -> dict:
         """--init-from PATH --init-mode full: load an earlier run's checkpoint, whole, into this new run."""
         fix = "start from its weights alone (--init-mode weights), or train with the settings that run had"
-        marker = self._load_newest(strategy, directory, [epoch_of(tag)], f"--init-from {directory}: starting from",
+        marker = self._load_newest(strategy, directory, [step_of(tag)], f"--init-from {directory}: starting from",
                                    fix)
         if marker is None:
             raise RuntimeError(f"--init-from: the checkpoint {os.path.join(directory, tag)} does not load on every "
                                "rank: give another checkpoint of that run")
         return marker
 
-    def _load_newest(self, strategy, directory: str, epochs: list[int], doing: str, fix: str) -> dict | None:
-        for epoch in epochs:
-            tag = tag_of(epoch)
+    def _load_newest(self, strategy, directory: str, steps: list[int], doing: str, fix: str) -> dict | None:
+        from . import distributed
+
+        for step in steps:
+            tag = tag_of(step)
             marker = read_marker(directory, tag)
             if marker is not None and marker.get("run_identity") != self.run_identity:
                 raise RuntimeError(
@@ -146,15 +201,18 @@ class Checkpoints:
                     f"({_differences(marker.get('run_identity'), self.run_identity)}): {fix}")
             loaded = marker is not None and self._load(strategy, directory, tag)
             if distributed.min_over_ranks(self.process, int(loaded)) == 1:
-                self.log(f"{doing} the checkpoint of epoch {epoch} ({os.path.join(directory, tag)})")
+                self.log(f"{doing} the checkpoint of step {step} ({os.path.join(directory, tag)})")
                 return marker
-            self.log(f"warning: the checkpoint of epoch {epoch} does not load on every rank: skipped, "
+            self.log(f"warning: the checkpoint of step {step} does not load on every rank: skipped, "
                      "trying the one before it")
         return None
 
     def _load(self, strategy, directory: str, tag: str) -> bool:
         try:
             strategy.load(directory, tag)
+            generators = os.path.join(directory, tag, RNG_FILE.format(rank=self.process.rank))
+            if os.path.exists(generators):  # a checkpoint of another world size has none for this rank
+                restore_random_states(generators)
             return True
         except Exception as error:  # a truncated zip, a bad pickle, a missing shard: all mean "not this one"
             print(f"warning: rank {self.process.rank} cannot load {os.path.join(directory, tag)}: "
@@ -163,9 +221,36 @@ class Checkpoints:
 
     def _drop_old(self) -> None:
         """Keep the newest `keep` complete checkpoints; older ones, complete or not, go."""
-        kept = complete_epochs(self.directory)[:self.keep]
+        kept = complete_steps(self.directory)[:self.keep]
         oldest_kept = min(kept)
         for name in os.listdir(self.directory):
             match = TAG.match(name)
             if match and int(match.group(1)) < oldest_kept:
                 shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+
+
+def random_states() -> dict:
+    import random
+
+    import numpy
+    import torch
+
+    states = {"python": random.getstate(), "numpy": numpy.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state()
+    return states
+
+
+def restore_random_states(path: str) -> None:
+    import random
+
+    import numpy
+    import torch
+
+    states = torch.load(path, weights_only=False)  # Python's and numpy's states are tuples of plain values
+    random.setstate(states["python"])
+    numpy.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state(states["cuda"])
+

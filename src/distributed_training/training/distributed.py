@@ -85,6 +85,14 @@ def sum_over_ranks(process: Process, *values: float) -> list[float]:
     return _reduce(process, values, dist.ReduceOp.SUM)
 
 
+def sum_tensor_over_ranks(process: Process, tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor on this rank's device summed over all ranks, without waiting on it (no sync with the host)."""
+    if process.distributed:
+        tensor = tensor.clone()
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
 def sum_dict_over_ranks(process: Process, values: dict[str, float]) -> dict[str, float]:
     """Every rank's dict (the same keys on all) summed key by key."""
     names = sorted(values)

@@ -2,9 +2,15 @@
 
 It knows nothing of Spark and nothing of the task beyond its seam (task_interface.py): it reads this rank's share of
 the staged files, asks the task for examples, a model and a loss, and owns the rest: AdamW, a learning-rate warm-up
-then cosine decay, gradient clipping, mixed precision, evaluation on the held-out split after every epoch, the
-checkpoint after every epoch (a rerun resumes from the newest complete one), and MLflow from rank 0. Whether DDP or
-DeepSpeed makes the updates is the strategy's business; the loop reads the same under either.
+then cosine decay over the run's length, gradient accumulation, clipping, mixed precision, evaluation, checkpoints
+(a rerun resumes from the newest complete one, mid-epoch included) and MLflow from rank 0. Whether DDP or DeepSpeed
+makes the updates is the strategy's business; the loop reads the same under either.
+
+It counts optimizer steps (updates): the run's length is --epochs cut by --max-steps; every --log-every-steps it
+reports loss, learning rate, gradient norm, tokens/s (examples/s for a task without tokens), MFU where it is known,
+the step's time and what of it went waiting for data (throughput.py); it checkpoints after every
+--checkpoint-every epochs and every --checkpoint-every-steps steps, and always after the last; it evaluates on the
+whole held-out split after every epoch and at the end, and on a few batches every --eval-every-steps.
 
 `train(config)` is what the launchers run: a module-level function of one picklable argument. Every rank returns the
 same metrics (they are all-reduced), because TorchDistributor keeps the return value of whichever rank ends last.
@@ -15,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -23,9 +29,10 @@ from ..config import Config, placement
 from ..files import write_json
 from ..task_interface import check_metrics, load_task
 from . import distributed, strategy as strategies
-from .checkpoints import Checkpoints, complete_epochs, named_checkpoint
+from .checkpoints import Checkpoints, complete_steps, named_checkpoint, options_identity
 from .data import StagedData, read_shard
 from .deepspeed_config import deepspeed_config, offload_of
+from .throughput import StepMeter
 from .tracking import Tracker
 
 METRICS_FILE = "metrics.json"
@@ -62,75 +69,106 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
     held_out = task.examples(read_shard(data.test_dir, process.rank, process.world_size, require_rows=False),
                              data.stats, options)
     batches = ShuffledBatches(train_examples, config.batch_size, seed=config.seed + process.rank)
-    steps_per_epoch = len(batches) - len(batches) % config.grad_accumulation  # an epoch ends on an update
-    examples_per_epoch = min(steps_per_epoch * config.batch_size, per_rank)  # the last batch may be short
-    if steps_per_epoch == 0:
-        raise ValueError(f"{per_rank} examples per rank make {len(batches)} batch(es) of {config.batch_size}, fewer "
-                         f"than one accumulation window of {config.grad_accumulation}: lower --batch-size or "
-                         "--grad-accumulation")
-    updates = config.epochs * steps_per_epoch // config.grad_accumulation
+    plan = Plan.of(config, len(batches), per_rank)
 
     strategy = strategies.create(config, process)
     model = task.build_model(data.stats, options)
     # --init-from: a new run starts from an earlier run's checkpoint; a rerun of this run resumes its own instead.
-    own = complete_epochs(config.checkpoint_dir) if config.resume else []
+    own = complete_steps(config.checkpoint_dir) if config.resume else []
     source = named_checkpoint(config.init_from) if config.init_from and not own else None
     if source and config.init_mode == "weights":
         load_weights(model, strategies.checkpoint_weights(*source), os.path.join(*source))
         log(f"--init-from: the model starts from the weights of {os.path.join(*source)}")
     strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay),
-                     warmup_then_cosine(updates, config.warmup_fraction))
+                     warmup_then_cosine(plan.updates, config.warmup_fraction))
     checkpoints = Checkpoints(config.checkpoint_dir, process, config.keep_checkpoints, run_identity(config, data,
                               process), log)
     resumed = checkpoints.resume(strategy) if config.resume else None
     if source and config.init_mode == "full":  # that run's progress, but this run's own MLflow run
         resumed = {**checkpoints.continue_from(strategy, *source), "mlflow_run_id": None}
+    if resumed:
+        strategy.follow_schedule()  # this run's length may differ from the saved run's
     history = resumed["history"] if resumed else []
+    epoch_totals = resumed.get("epoch_totals") if resumed else None
     tracker = Tracker(config, process.is_main, environment, log)
     run_id = tracker.start(params(config, data, process, per_rank), resumed.get("mlflow_run_id") if resumed else None)
+    meter = StepMeter(process, flops_per_token(task, model, options), counts_tokens=hasattr(task, "count"))
 
-    first_epoch = resumed["epoch"] + 1 if resumed else 1
+    step = resumed["step"] if resumed else 0
+
+    def report() -> dict:
+        """The figures since the last report, checked, and added to the epoch's totals."""
+        nonlocal epoch_totals
+        figures = meter.report()
+        if not math.isfinite(figures["loss"]):
+            raise NonFiniteLoss(f"the training loss became {figures['loss']} by step {step}: no checkpoint of it was "
+                                "saved. Lower --learning-rate, keep --grad-clip on, or train in fp32 (--precision "
+                                "fp32)")
+        epoch_totals = _added(epoch_totals, figures)
+        return figures
+
     log(f"training {config.task_name} on {process.world_size} process(es), {process.device.type}, {config.engine}, "
-        f"{config.precision}: {per_rank} examples per rank, {steps_per_epoch} steps of {config.batch_size} per epoch"
-        f"{f' (an update every {config.grad_accumulation})' if config.grad_accumulation > 1 else ''}, "
-        f"epochs {first_epoch}..{config.epochs}")
+        f"{config.precision}: {per_rank} examples per rank, {plan.describe()}, steps {step + 1}..{plan.updates}")
     try:
-        for epoch in range(first_epoch, config.epochs + 1):
+        while step < plan.updates:
+            epoch, first = plan.epoch_of(step), step % plan.updates_per_epoch
+            epoch_totals = epoch_totals if first else None
             strategy.model.train()
-            batches.set_epoch(epoch)
-            loss_sum = torch.zeros((), device=process.device)  # added up on the device: no sync per step
-            epoch_started = time.perf_counter()
-            for _, batch in zip(range(steps_per_epoch), batches):
-                batch = strategy.to_device(batch)
-                with strategy.autocast():
-                    loss = task.loss(strategy.model, batch)
-                strategy.backward(loss)
-                strategy.step()
-                loss_sum += loss.detach()
-            loss_sum, seconds = distributed.sum_over_ranks(process, float(loss_sum), time.perf_counter() - epoch_started)
-            train_loss, seconds = loss_sum / (steps_per_epoch * process.world_size), seconds / process.world_size
-            scores = evaluate(task, strategy, held_out, data.stats, process)
-            if not (math.isfinite(train_loss) and math.isfinite(scores["held_out_loss"])):
-                raise NonFiniteLoss(f"the loss became {train_loss} in epoch {epoch} (held-out "
-                                    f"{scores['held_out_loss']}): nothing of this epoch was saved. Lower "
-                                    "--learning-rate, keep --grad-clip on, or train in fp32 (--precision fp32)")
-            history.append({"epoch": epoch, "train_loss": train_loss, "train_seconds": seconds,
-                             "examples_per_second": examples_per_epoch * process.world_size / seconds,
-                             "learning_rate": strategy.scheduler.get_last_lr()[0], **scores})
-            tracker.log_epoch(epoch, history[-1])
-            log(f"epoch {epoch:>3}/{config.epochs}  train loss {train_loss:.4f}  held-out loss "
-                f"{scores['held_out_loss']:.4f} (trivial predictor: {scores['baseline_loss']:.4f})  "
-                f"{time.perf_counter() - started:.1f}s")
-            if epoch % config.checkpoint_every == 0 or epoch == config.epochs:
-                checkpoints.save(strategy, epoch, {"history": history, "mlflow_run_id": run_id})
+            waited = time.perf_counter()
+            for window in batches.windows(epoch, first, plan.updates_per_epoch, config.grad_accumulation):
+                window = [strategy.to_device(batch) for batch in window]
+                data_seconds = time.perf_counter() - waited
+                learning_rate = strategy.learning_rate
+                loss_sum, items, grad_norm = update(task, strategy, window, process)
+                meter.add(loss_sum, items, sum(len(batch[0]) for batch in window), data_seconds)
+                step += 1
+                end_of_epoch, last = step % plan.updates_per_epoch == 0, step == plan.updates
+                if config.log_every_steps and step % config.log_every_steps == 0:
+                    figures = {**report(), "learning_rate": learning_rate, "grad_norm": _float(grad_norm),
+                               **gpu_memory(process)}
+                    tracker.log_step(step, progress_metrics(figures))
+                    log(progress_line(step, plan, epoch, figures))
+                aside = time.perf_counter()  # evaluations and checkpoints are not training time
+                if config.eval_every_steps and step % config.eval_every_steps == 0 and not (end_of_epoch or last):
+                    scores = evaluate(task, strategy, held_out, data.stats, process, config.eval_batches)
+                    tracker.log_step(step, {f"eval_{name}": value for name, value in scores.items()})
+                    log(f"step {step}  held-out loss on {config.eval_batches} batch(es) a process: "
+                        f"{scores['held_out_loss']:.4f}")
+                    strategy.model.train()
+                if end_of_epoch or last:
+                    if meter.pending:
+                        report()
+                    history.append(epoch_record(task, strategy, held_out, data.stats, process, epoch, step,
+                                                epoch_totals, learning_rate))
+                    tracker.log_step(step, history[-1])
+                    log(f"epoch {epoch:>3}/{plan.epochs}  step {step}/{plan.updates}  train loss "
+                        f"{history[-1]['train_loss']:.4f}  held-out loss {history[-1]['held_out_loss']:.4f} "
+                        f"(trivial predictor: {history[-1]['baseline_loss']:.4f})  "
+                        f"{time.perf_counter() - started:.1f}s")
+                if last or (end_of_epoch and epoch % config.checkpoint_every == 0) or (
+                        config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0):
+                    if meter.pending:  # the epoch's figures so far go into the checkpoint, checked
+                        report()
+                    checkpoints.save(strategy, step, {"epoch": epoch, "history": history, "mlflow_run_id": run_id,
+                                                      "epoch_totals": None if end_of_epoch else epoch_totals})
+                if last:
+                    break
+                meter.exclude(time.perf_counter() - aside)
+                waited = time.perf_counter()
 
+        if not history:  # a resumed run whose budget was already spent: its last checkpoint's record stands
+            raise ValueError(f"--max-steps {config.max_steps} is below the {step} steps the run in "
+                             f"{config.output_dir} took already: give a larger --max-steps, or a new --output-dir")
+        totals = meter.totals()
         metrics = {
             "task": config.task, "engine": config.engine, "world_size": process.world_size,
             "device": process.device.type, "precision": config.precision,
             "train_examples": per_rank * process.world_size, "held_out_loss": history[-1]["held_out_loss"],
             "baseline_loss": history[-1]["baseline_loss"], "final": history[-1], "epochs": history,
-            "resumed_from_epoch": resumed["epoch"] if resumed else None,
-            "examples_per_second": steady_throughput(history),
+            "step": step, "updates_per_epoch": plan.updates_per_epoch, "max_steps": config.max_steps,
+            "resumed_from_step": resumed["step"] if resumed else None,
+            "examples_per_second": totals["examples_per_second"], "tokens_per_second": totals["tokens_per_second"],
+            "mfu": totals["mfu"],
             "seconds": round(distributed.max_over_ranks(process, time.perf_counter() - started), 2),
             "staged_data": data.directory, "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
             "mlflow_run_id": run_id, "job_run_id": config.job_run_id, "init_from": config.init_from,
@@ -147,6 +185,124 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
         raise
     tracker.finish(succeeded=True)
     return metrics
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The run's length in optimizer steps (updates): its epochs, cut by --max-steps. An epoch ends on an update."""
+
+    epochs: int
+    updates_per_epoch: int
+    updates: int  # the whole run's: the learning-rate schedule spans it
+
+    @classmethod
+    def of(cls, config: Config, micro_batches: int, per_rank: int) -> Plan:
+        updates_per_epoch = micro_batches // config.grad_accumulation
+        if updates_per_epoch == 0:
+            raise ValueError(f"{per_rank} examples per rank make {micro_batches} batch(es) of {config.batch_size}, "
+                             f"fewer than one accumulation window of {config.grad_accumulation}: lower --batch-size "
+                             "or --grad-accumulation")
+        updates = min(config.epochs * updates_per_epoch, config.max_steps or math.inf)
+        return cls(math.ceil(updates / updates_per_epoch), updates_per_epoch, updates)
+
+    def epoch_of(self, step: int) -> int:
+        """The epoch (from 1) that the update after `step` updates belongs to."""
+        return step // self.updates_per_epoch + 1
+
+    def describe(self) -> str:
+        return f"{self.updates_per_epoch} optimizer steps per epoch, {self.updates} in all ({self.epochs} epoch(s))"
+
+
+def update(task, strategy, window: list[tuple], process: distributed.Process):
+    """One optimizer update from the micro-batches of a window (on the device): (this rank's loss summed over its
+    items, the window's items over every rank, the gradients' norm).
+
+    The gradients are those of the mean loss over every item of the window on every rank, whatever the micro-batches'
+    sizes: each micro-batch's mean loss is weighed by its share of the items (the task's `count`: tokens for the LM;
+    examples by default, so a short last batch weighs less), times the number of ranks, which DDP and DeepSpeed
+    average over. The ranks reduce their gradients once, in the window's last micro-batch."""
+    counts = torch.stack([_count(task, batch, process.device) for batch in window])
+    total = counts.sum()
+    if hasattr(task, "count"):
+        total = distributed.sum_tensor_over_ranks(process, total)
+    else:  # every rank has as many examples in its window: no need to ask the others
+        total = total * process.world_size
+    loss_sum = torch.zeros((), dtype=torch.float64, device=process.device)
+    for index, batch in enumerate(window):
+        with strategy.micro_batch(last=index == len(window) - 1):
+            with strategy.autocast():
+                loss = task.loss(strategy.model, batch)
+            strategy.backward(loss * (counts[index] * process.world_size / total).to(loss.dtype))
+        loss_sum += loss.detach().double() * counts[index]
+    return loss_sum, total, strategy.step()
+
+
+def _count(task, batch: tuple, device: torch.device) -> torch.Tensor:
+    counted = task.count(batch) if hasattr(task, "count") else len(batch[0])
+    return torch.as_tensor(counted, dtype=torch.float64, device=device)
+
+
+def flops_per_token(task, model: torch.nn.Module, options) -> float | None:
+    return task.flops_per_token(model, options) if hasattr(task, "flops_per_token") else None
+
+
+def epoch_record(task, strategy, held_out: tuple, stats: dict, process: distributed.Process, epoch: int, step: int,
+                 totals: dict, learning_rate: float) -> dict:
+    """An epoch's line in the run's history (or the part of it a --max-steps budget allowed): its training figures
+    and the held-out metrics over the whole split."""
+    scores = evaluate(task, strategy, held_out, stats, process)
+    train_loss = totals["loss_sum"] / totals["items"]
+    if not math.isfinite(scores["held_out_loss"]):
+        raise NonFiniteLoss(f"the held-out loss became {scores['held_out_loss']} in epoch {epoch}: nothing of this "
+                            "epoch was saved. Lower --learning-rate, keep --grad-clip on, or train in fp32 "
+                            "(--precision fp32)")
+    return {"epoch": epoch, "step": step, "train_loss": train_loss, "train_seconds": totals["seconds"],
+            "examples_per_second": totals["examples"] / totals["seconds"],
+            "learning_rate": learning_rate, **scores}
+
+
+def _added(totals: dict | None, window: dict) -> dict:
+    """An epoch's running totals with one report window more (JSON numbers: they go into checkpoints)."""
+    totals = dict(totals or {"loss_sum": 0.0, "items": 0.0, "examples": 0.0, "seconds": 0.0})
+    totals["loss_sum"] += window["loss"] * window["items"]
+    for name in ("items", "examples", "seconds"):
+        totals[name] += window[name]
+    return totals
+
+
+def progress_metrics(figures: dict) -> dict:
+    """What MLflow records of a report window (nothing that is unknown here, such as MFU on CPU)."""
+    names = ("loss", "learning_rate", "grad_norm", "tokens_per_second", "examples_per_second", "mfu",
+             "step_seconds", "data_seconds_per_step", "gpu_memory_gib")
+    return {("train_loss" if name == "loss" else name): figures[name] for name in names
+            if figures.get(name) is not None}
+
+
+def progress_line(step: int, plan: Plan, epoch: int, figures: dict) -> str:
+    rate = (f"{figures['tokens_per_second']:,.0f} tokens/s" if figures["tokens_per_second"] is not None else
+            f"{figures['examples_per_second']:,.0f} examples/s")
+    parts = [f"step {step:>{len(str(plan.updates))}}/{plan.updates}", f"epoch {epoch}", f"loss {figures['loss']:.4f}",
+             f"lr {figures['learning_rate']:.2e}"]
+    if figures["grad_norm"] is not None:
+        parts.append(f"grad norm {figures['grad_norm']:.3f}")
+    parts.append(rate)
+    if figures["mfu"] is not None:
+        parts.append(f"MFU {figures['mfu']:.1%}")
+    parts.append(f"{figures['step_seconds'] * 1000:,.0f} ms a step ({figures['data_seconds_per_step'] * 1000:,.1f} "
+                 "ms waiting for data)")
+    if "gpu_memory_gib" in figures:
+        parts.append(f"peak GPU memory {figures['gpu_memory_gib']:.1f} GiB")
+    return "  ".join(parts)
+
+
+def gpu_memory(process: distributed.Process) -> dict:
+    if process.device.type != "cuda":
+        return {}
+    return {"gpu_memory_gib": torch.cuda.max_memory_allocated(process.device) / 2 ** 30}
+
+
+def _float(value) -> float | None:
+    return None if value is None else float(value)
 
 
 def load_weights(model: torch.nn.Module, weights: dict, source: str) -> None:
@@ -171,13 +327,15 @@ def adamw(model: torch.nn.Module, learning_rate: float, weight_decay: float) -> 
 
 
 def warmup_then_cosine(updates: int, warmup_fraction: float, floor: float = 0.1):
-    """The learning rate's multiplier after `step` updates: linear warm-up, then a cosine decay to `floor`."""
+    """The learning rate's multiplier for the update after `step` updates: a linear warm-up whose last update has the
+    peak rate, then a cosine decay whose last update (the run's: `updates - 1`) has the `floor`. Never above 1."""
     warmup = int(updates * warmup_fraction)
 
     def multiplier(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
-        progress = min((step - warmup) / max(updates - warmup, 1), 1.0)
+        decay = updates - 1 - warmup  # updates after the first of the decay
+        progress = min((step - warmup) / decay, 1.0) if decay > 0 else 1.0
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return multiplier
@@ -187,7 +345,7 @@ class ShuffledBatches:
     """Batches of examples (a tuple of tensors sliced together) in a new seeded order every epoch.
 
     After `set_epoch(epoch)` the order depends on the seed and the epoch alone, so a run resumed at any epoch sees the
-    batches an uninterrupted run would have seen. Each batch is one gather per tensor: a DataLoader over a
+    batches an uninterrupted run would have seen; `windows` starts anywhere in an epoch (a mid-epoch resume). Each batch is one gather per tensor: a DataLoader over a
     TensorDataset reads and collates example by example, several times slower than the steps it feeds.
     """
 
@@ -202,16 +360,34 @@ class ShuffledBatches:
         return math.ceil(len(self.examples[0]) / self.batch_size)
 
     def __iter__(self):
+        return self.batches(0, len(self))
+
+    def batches(self, first: int, end: int):
+        """The epoch's batches `first` to `end` (exclusive), in its order."""
         order = torch.randperm(len(self.examples[0]), generator=self.generator)
-        for start in range(0, len(order), self.batch_size):
+        for start in range(first * self.batch_size, min(end * self.batch_size, len(order)), self.batch_size):
             chosen = order[start:start + self.batch_size]
             yield tuple(tensor[chosen] for tensor in self.examples)
 
+    def windows(self, epoch: int, first_update: int, updates: int, size: int):
+        """Epoch `epoch`'s accumulation windows (lists of `size` batches) from update `first_update` to `updates`."""
+        self.set_epoch(epoch)
+        window = []
+        for batch in self.batches(first_update * size, updates * size):
+            window.append(batch)
+            if len(window) == size:
+                yield window
+                window = []
 
-def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.Process) -> dict:
-    """The task's held-out metrics over every rank's share. Every rank runs the same number of forward passes (ZeRO 3
-    gathers the weights in each): a rank whose share is done repeats its first batch and ignores it."""
+
+def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.Process,
+             most_batches: int | None = None) -> dict:
+    """The task's held-out metrics over every rank's share (its first `most_batches` batches, where given). Every
+    rank runs the same number of forward passes (ZeRO 3 gathers the weights in each): a rank whose share is done
+    repeats its first batch and ignores it."""
     rows = len(held_out[0])
+    if most_batches is not None:
+        rows = min(rows, most_batches * EVALUATION_BATCH)
     batches = distributed.max_over_ranks(process, math.ceil(rows / EVALUATION_BATCH))
     model, sums = strategy.inference_model, {}
     model.eval()
@@ -219,7 +395,7 @@ def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.
         for index in range(int(batches)):
             start = index * EVALUATION_BATCH
             counted = start < rows
-            part_rows = slice(start, start + EVALUATION_BATCH) if counted else slice(0, 1)
+            part_rows = slice(start, min(start + EVALUATION_BATCH, rows)) if counted else slice(0, 1)
             with strategy.autocast():
                 part = task.evaluate(model, strategy.to_device(tuple(tensor[part_rows] for tensor in held_out)), stats)
             for name, value in part.items():
@@ -228,20 +404,10 @@ def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.
     return check_metrics(task.summarize(totals, stats), task.__name__)
 
 
-def steady_throughput(history: list[dict]) -> float:
-    """Examples per second over all ranks after the first epoch, which pays for warm-up (allocations, kernel
-    choices, caches); the first epoch's own figure when there is only one."""
-    steady = history[1:] or history
-    return sum(epoch["examples_per_second"] * epoch["train_seconds"] for epoch in steady) / sum(
-        epoch["train_seconds"] for epoch in steady)
-
-
 def run_identity(config: Config, data: StagedData, process: distributed.Process) -> dict:
     """What a checkpoint must share with this run to be resumed from (JSON types: compared after a round trip)."""
-    return {"task": config.task, "task_options": _json(asdict(config.task_options)), "engine": config.engine,
-            "source": data.source, "train_rows": data.train_rows, "test_rows": data.test_rows,
-            "world_size": process.world_size, "seed": config.seed, "batch_size": config.batch_size,
-            "grad_accumulation": config.grad_accumulation}
+    return {**options_identity(config), "source": data.source, "train_rows": data.train_rows,
+            "test_rows": data.test_rows, "world_size": process.world_size}
 
 
 def params(config: Config, data: StagedData, process: distributed.Process, per_rank: int) -> dict:
@@ -249,7 +415,7 @@ def params(config: Config, data: StagedData, process: distributed.Process, per_r
     recorded = {"task": config.task, "engine": config.engine, "source": data.source,
                 "train_examples": per_rank * process.world_size, "test_rows": data.test_rows,
                 "world_size": process.world_size, "device": process.device.type, "precision": config.precision,
-                **{name: getattr(config, name) for name in ("epochs", "batch_size", "grad_accumulation",
+                **{name: getattr(config, name) for name in ("epochs", "max_steps", "batch_size", "grad_accumulation",
                                                             "learning_rate", "weight_decay", "warmup_fraction",
                                                             "grad_clip", "seed")},
                 **{f"task.{name}": value for name, value in asdict(config.task_options).items()},
@@ -259,11 +425,3 @@ def params(config: Config, data: StagedData, process: distributed.Process, per_r
         recorded.update(zero_stage=zero["stage"], offload=offload_of(zero))
     return recorded
 
-
-def _json(value):
-    """Tuples as lists, as they read back from JSON."""
-    if isinstance(value, (tuple, list)):
-        return [_json(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _json(item) for key, item in value.items()}
-    return value

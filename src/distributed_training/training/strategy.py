@@ -3,15 +3,19 @@
 The loop reads the same whichever runs underneath:
 
     strategy.prepare(model, make_optimizer, schedule)   # wrap the model; the loop's optimizer and LR schedule
-    with strategy.autocast():
-        loss = task.loss(strategy.model, strategy.to_device(batch))
-    strategy.backward(loss)                             # gradients of one micro-batch
-    strategy.step()                                     # clip, update, advance the schedule: once per window
+    for micro_batch in window:                          # `accumulation` micro-batches make one update
+        with strategy.micro_batch(last=...):            # forward and backward: DDP reduces only in the last one
+            with strategy.autocast():
+                loss = task.loss(strategy.model, strategy.to_device(micro_batch))
+            strategy.backward(loss * weight)            # the loop weighs each micro-batch (see loop.update)
+    grad_norm = strategy.step()                         # clip, update, advance the schedule: once per window
     strategy.save(directory, tag) / strategy.load(directory, tag)   # every rank calls them (checkpoints)
 
-Both count micro-batches the same way, so gradient accumulation means the same under either: the loss is averaged
-over `accumulation` micro-batches and the optimizer steps once at the end of each window. Mixed precision is
-autocast under both (DeepSpeed then keeps its weights in that precision, with fp32 master weights in its optimizer).
+The loop does the weighing, so gradient accumulation means the same under either: the gradients the optimizer sees
+are those of the mean loss over every item (token, example) of the window on every rank, and they are reduced across
+ranks once per update. Mixed precision is autocast under both (DeepSpeed then keeps its weights in that precision,
+with fp32 master weights in its optimizer). A checkpoint holds the plain model's weights, whatever wraps it (DDP,
+DeepSpeed's engine, torch.compile's `_orig_mod.`).
 """
 
 from __future__ import annotations
@@ -33,10 +37,10 @@ STATE_FILE = "state.pt"
 
 
 class Strategy:
-    """What both strategies share: the device, precision and accumulation window."""
+    """What both strategies share: the device and the precision."""
 
-    def __init__(self, process: Process, precision: str, accumulation: int):
-        self.process, self.precision, self.accumulation = process, precision, accumulation
+    def __init__(self, process: Process, precision: str):
+        self.process, self.precision = process, precision
 
     def to_device(self, batch: tuple) -> tuple:
         return tuple(tensor.to(self.process.device, non_blocking=True) for tensor in batch)
@@ -45,15 +49,31 @@ class Strategy:
         return torch.autocast(self.process.device.type, dtype=HALF_TYPES.get(self.precision),
                               enabled=self.precision != "fp32")
 
+    def micro_batch(self, last: bool):
+        """Where a micro-batch's forward and backward run; `last`: the window's last, whose backward reduces."""
+        return contextlib.nullcontext()
+
+    def follow_schedule(self) -> None:
+        """The learning rate of the step the schedule has reached, by this run's schedule: after a resume, a run
+        longer than the one that saved the checkpoint takes its own schedule's rate from the next update on (the
+        optimizer's state holds the rate the shorter schedule had set)."""
+        for group, base, multiplier in zip(self.scheduler.optimizer.param_groups, self.scheduler.base_lrs,
+                                           self.scheduler.lr_lambdas):
+            group["lr"] = base * multiplier(self.scheduler.last_epoch)
+
+    @property
+    def learning_rate(self) -> float:
+        """The rate the next update uses."""
+        return self.scheduler.optimizer.param_groups[0]["lr"]
+
 
 class DataParallel(Strategy):
     """One process: the model as it is. Several: DistributedDataParallel. Weights and optimizer state in float32;
     fp16 gets a gradient scaler."""
 
-    def __init__(self, process: Process, precision: str, accumulation: int, grad_clip: float):
-        super().__init__(process, precision, accumulation)
+    def __init__(self, process: Process, precision: str, grad_clip: float):
+        super().__init__(process, precision)
         self.grad_clip = grad_clip
-        self.micro_steps = 0
         self.scaler = torch.amp.GradScaler(process.device.type, enabled=precision == "fp16")
 
     def prepare(self, model: torch.nn.Module, make_optimizer: Callable, schedule: Callable[[int], float]) -> None:
@@ -66,55 +86,58 @@ class DataParallel(Strategy):
         self.scheduler = LambdaLR(self.optimizer, schedule)
         self.inference_model = self.module  # DDP's own forward would broadcast buffers: a collective per batch
 
-    @property
-    def at_window_end(self) -> bool:
-        return self.micro_steps % self.accumulation == 0
+    def micro_batch(self, last: bool):
+        # DDP decides in the forward pass whether the backward reduces: both run under no_sync inside a window, so
+        # the ranks keep their gradients to themselves until the window's last micro-batch averages them, once.
+        if isinstance(self.model, DistributedDataParallel) and not last:
+            return self.model.no_sync()
+        return contextlib.nullcontext()
 
     def backward(self, loss: torch.Tensor) -> None:
-        self.micro_steps += 1
-        # Inside a window the ranks keep their gradients to themselves; they average them once, at its end.
-        in_window = isinstance(self.model, DistributedDataParallel) and not self.at_window_end
-        with self.model.no_sync() if in_window else contextlib.nullcontext():
-            self.scaler.scale(loss / self.accumulation).backward()
+        self.scaler.scale(loss).backward()
 
-    def step(self) -> None:
-        if not self.at_window_end:
-            return
+    def step(self) -> torch.Tensor:
+        """Clip, update, advance the schedule; the gradients' global norm before clipping (a tensor on the device)."""
+        self.scaler.unscale_(self.optimizer)
+        gradients = [parameter.grad for parameter in self.module.parameters() if parameter.grad is not None]
         if self.grad_clip > 0:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.grad_clip)
+        else:
+            norm = torch.nn.utils.get_total_norm(gradients)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        return norm
 
     def save(self, directory: str, tag: str) -> None:
         """Rank 0 writes the training state (the same on every rank under DDP) to directory/tag/state.pt."""
         if self.process.is_main:
-            state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+            state = {"model": plain_weights(self.module), "optimizer": self.optimizer.state_dict(),
                      "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict()}
             write_atomically(os.path.join(directory, tag, STATE_FILE), lambda file: torch.save(state, file))
 
     def load(self, directory: str, tag: str) -> None:
         state = torch.load(os.path.join(directory, tag, STATE_FILE), map_location=self.process.device,
                            weights_only=True)
-        self.module.load_state_dict(state["model"])
+        unwrapped(self.module).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's weights, float32 on the CPU (every rank calls it)."""
-        return {name: value.detach().float().cpu() for name, value in self.module.state_dict().items()}
+        return {name: value.detach().float().cpu() for name, value in plain_weights(self.module).items()}
 
 
 class DeepSpeed(Strategy):
     """DeepSpeed's engine: ZeRO sharding and offload as its config says; accumulation, clipping and the schedule's
     steps happen inside `step`. Its save_checkpoint/load_checkpoint write and read every rank's shard."""
 
-    def __init__(self, process: Process, precision: str, accumulation: int, config: dict, timeout_seconds: float):
-        super().__init__(process, precision, accumulation)
+    def __init__(self, process: Process, precision: str, config: dict, timeout_seconds: float):
+        super().__init__(process, precision)
         self.config, self.timeout_seconds = config, timeout_seconds
+        self.window_ends = True
 
     def prepare(self, model: torch.nn.Module, make_optimizer: Callable, schedule: Callable[[int], float]) -> None:
         import deepspeed
@@ -128,11 +151,21 @@ class DeepSpeed(Strategy):
         self.module = self.model.module
         self.inference_model = self.model  # under ZeRO 3 only the engine's forward gathers the weights
 
-    def backward(self, loss: torch.Tensor) -> None:
-        self.model.backward(loss)  # scaled by 1 / gradient_accumulation_steps inside
+    def micro_batch(self, last: bool):
+        self.window_ends = last
+        return contextlib.nullcontext()
 
-    def step(self) -> None:
-        self.model.step()  # clips, updates and steps the schedule only at the end of an accumulation window
+    def backward(self, loss: torch.Tensor) -> None:
+        self.model.backward(loss, scale_wrt_gas=False)  # the loop has weighed the micro-batch already
+        if not self.window_ends:
+            self.model.step()  # DeepSpeed counts micro-batches in step(): inside a window it only counts
+
+    def step(self) -> torch.Tensor | None:
+        # The window's last micro-batch is DeepSpeed's accumulation boundary too: there it clips, updates and steps
+        # the schedule (test_distributed_equivalence checks that it steps once per window).
+        self.model.step()
+        norm = self.model.get_global_grad_norm()
+        return None if norm is None else torch.as_tensor(norm, dtype=torch.float32)
 
     def save(self, directory: str, tag: str) -> None:
         self.model.save_checkpoint(directory, tag=tag)
@@ -146,8 +179,18 @@ class DeepSpeed(Strategy):
         if self.model.zero_optimization_partition_weights():  # ZeRO 3: every rank holds a slice of each weight
             state = self.model._zero3_consolidated_16bit_state_dict() or {}
         else:
-            state = self.module.state_dict()
+            state = plain_weights(self.module)
         return {name: value.detach().float().cpu() for name, value in state.items()}
+
+
+def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The model torch.compile wrapped, or the model itself."""
+    return getattr(model, "_orig_mod", model)
+
+
+def plain_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict under the names of the plain model, compiled or not."""
+    return unwrapped(model).state_dict()
 
 
 def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
@@ -168,6 +211,6 @@ def create(config, process: Process) -> Strategy:
     if config.engine == "deepspeed":
         from .deepspeed_config import deepspeed_config
 
-        return DeepSpeed(process, config.precision, config.grad_accumulation,
-                         deepspeed_config(config, process.world_size, config.precision), config.collective_timeout)
-    return DataParallel(process, config.precision, config.grad_accumulation, config.grad_clip)
+        return DeepSpeed(process, config.precision, deepspeed_config(config, process.world_size, config.precision),
+                         config.collective_timeout)
+    return DataParallel(process, config.precision, config.grad_clip)

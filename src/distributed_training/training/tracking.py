@@ -1,4 +1,5 @@
-"""MLflow tracking for a training run: rank 0 alone logs the params, the metrics of every epoch and the model.
+"""MLflow tracking for a training run: rank 0 alone logs the params, the metrics (every --log-every-steps, and every
+epoch's, at the global step) and the model.
 
 Where to: with --local (and no MLFLOW_TRACKING_URI) a file store under the output folder; elsewhere the environment's
 tracking server (`databricks` on a cluster). A resumed run continues the MLflow run it started (its id is kept in the
@@ -89,10 +90,13 @@ class Tracker:
                  f"{mlflow.get_tracking_uri()}")
         return run.info.run_id
 
-    def log_epoch(self, epoch: int, scores: dict) -> None:
+    def log_step(self, step: int, figures: dict) -> None:
+        """Numbers at the run's global step (optimizer updates), MLflow's step axis; without waiting for the server
+        (a call to a workspace costs tens of milliseconds, every --log-every-steps)."""
         if self.active:
-            self.mlflow.log_metrics({name: float(value) for name, value in scores.items() if name != "epoch"},
-                                    step=epoch)
+            numbers = {name: float(value) for name, value in figures.items()
+                       if name != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)}
+            self.mlflow.log_metrics(numbers, step=step, synchronous=False)
 
     def log_file(self, path: str) -> None:
         if self.active:
@@ -115,6 +119,8 @@ class Tracker:
         self.log(f"MLflow: model logged as {info.model_uri}" + (f", registered as {registered}" if registered else ""))
 
     def finish(self, succeeded: bool) -> None:
+        if self.active:
+            self.mlflow.flush_async_logging()  # what log_step left to the background is written before the run ends
         if self.active and self.mlflow.active_run() is not None:
             self.mlflow.end_run(status="FINISHED" if succeeded else "FAILED")
         if self.owns_tracking_uri:
