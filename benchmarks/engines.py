@@ -14,6 +14,12 @@ Three figures an engine, each against torchrun's:
 - wall time of the whole command.
 Each throughput row records what both sides trained (staged rows, examples, epochs, steps), which must be equal.
 Spark ML (Connect) trains no torch loop and has only a wall time.
+
+And the cost of the loop's progress reports, on the language model under torchrun (DDP), the same throughput figure
+against no reports but the epochs' (`--log-every-steps 0`): a report every step without MLflow (an all-reduce, a
+sync and a line), and one every 10 steps with MLflow metrics (into a local file store; an MLflow call's background
+work takes a share of the 2 cores the ranks train on, which a GPU node's many cores do not miss); goal: a ratio of at
+least 0.98.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ ENGINES = (*TORCH_LOOP_ENGINES, "spark_ml_connect")
 # The engine whose `--handoff-to-torchrun` run is an engine's baseline: the same strategy, the same config.
 BASELINE_OF = {"torch_distributor": "torch_distributor", "deepspeed": "deepspeed", "ray": "torch_distributor"}
 STRATEGY_OF = {"torch_distributor": "DDP", "deepspeed": "DeepSpeed ZeRO-2"}
+# --log-every-steps, and whether MLflow records the reports: the loop's own cost of a report every step (an
+# all-reduce and a line), and a report every 10 steps into MLflow too, each against none; 0 is the baseline.
+REPORTING = ((1, False), (10, True), (0, True))
 TASKS = {"causal_lm": "distributed_training.tasks.causal_lm",
          "fare_regression": "distributed_training.tasks.fare_regression"}
 
@@ -66,8 +75,11 @@ class CommandRun:
     staged_rows: int
 
     def throughput(self, task: str) -> float:
-        """Tokens per second for the language model (each example is a block of context tokens), else examples."""
-        return self.metrics["examples_per_second"] * tokens_per_example(task)
+        """Tokens per second for the language model (each example is a block of context tokens), else examples, over
+        the epochs after the first (the loop's own timings of each epoch: evaluations and checkpoints left out)."""
+        steady = self.metrics["epochs"][1:] or self.metrics["epochs"]
+        examples = sum(epoch["examples_per_second"] * epoch["train_seconds"] for epoch in steady)
+        return examples / sum(epoch["train_seconds"] for epoch in steady) * tokens_per_example(task)
 
     @property
     def work(self) -> dict:
@@ -99,6 +111,7 @@ def run(work_dir: str, quick: bool, engines: tuple[str, ...] = ENGINES, tasks: t
     rows = [Row("engines", "local Spark session start", "s", (spark_seconds,), note="every engine command pays it")]
     baselines: dict[tuple[str, str], Path] = {}
     tables: dict[str, str] = {}
+    reporting: dict[int, Path] = {}  # --log-every-steps: the torchrun command
     try:
         for task in tasks:
             tables[task] = _sample_table(spark, task, work / task / "table", sizes[task].rows)
@@ -107,6 +120,11 @@ def run(work_dir: str, quick: bool, engines: tuple[str, ...] = ENGINES, tasks: t
                     spark, baseline, task, tables[task], work / task / f"torchrun-{baseline}", sizes[task]))
                 rows.append(Row("engines", f"{task}: staging for torchrun ({STRATEGY_OF[baseline]})", "s", (staging,),
                                 note="Spark -> parquet; every engine command stages the same way"))
+        if "causal_lm" in tasks and "torch_distributor" in engines:
+            for every, tracking in REPORTING:
+                reporting[every] = _hand_off(spark, "torch_distributor", "causal_lm", tables["causal_lm"],
+                                             work / "causal_lm" / f"reports-every-{every}", sizes["causal_lm"],
+                                             "--log-every-steps", str(every), tracking=tracking)
     finally:
         spark.stop()  # each engine command starts the session it needs (Ray on Spark needs one of its own)
 
@@ -122,6 +140,8 @@ def run(work_dir: str, quick: bool, engines: tuple[str, ...] = ENGINES, tasks: t
                              sizes[task].repetitions)
         for engine in torch_engines:
             rows += _compare(task, engine, measured[engine], measured[_baseline_name(BASELINE_OF[engine])])
+    if reporting:
+        rows += _reporting_cost(reporting, sizes["causal_lm"].repetitions, log)
     if "spark_ml_connect" in engines and "fare_regression" in tasks:
         output = work / "fare_regression" / "spark_ml_connect"
         wall, _ = _timed(_train_command("spark_ml_connect", "fare_regression", tables["fare_regression"], output,
@@ -146,6 +166,21 @@ def _compare(task: str, engine: str, runs: list[CommandRun], baseline: list[Comm
     rows.append(Row("engines", f"{task}: {engine} wall time", "s", tuple(run.wall_seconds for run in runs),
                     tuple(run.wall_seconds for run in baseline), f"the whole command; baseline: {name}"))
     return rows
+
+
+def _reporting_cost(commands: dict[int, Path], repetitions: int, log) -> list[Row]:
+    log(f"engines, causal_lm: progress reports every {' / '.join(map(str, commands))} steps, {repetitions} run(s) "
+        "each, alternating")
+    measured = alternate({every: _logged(f"--log-every-steps {every}", lambda command=command: _torchrun(
+        command, "causal_lm"), "causal_lm", log) for every, command in commands.items()}, repetitions)
+    none = measured[0]
+    return [Row("engines", f"causal_lm: progress report every {every} step(s) against none", "tokens/s",
+                tuple(run.throughput("causal_lm") for run in measured[every]),
+                tuple(run.throughput("causal_lm") for run in none),
+                f"torchrun, DDP, {PROCESSES} CPU processes, "
+                f"{'MLflow into a local file store' if tracking else 'no MLflow'}; goal: a ratio >= 0.98",
+                {"ours": _same_work(measured[every], f"every {every}"), "baseline": _same_work(none, "none")})
+            for every, tracking in REPORTING if every]
 
 
 def _same_work(runs: list[CommandRun], side: str) -> dict:
@@ -179,14 +214,15 @@ def _sample_table(spark, task: str, path: Path, rows: int) -> str:
     return str(path)
 
 
-def _options(engine: str, task: str, table: str, output_dir: Path, sizes: Sizes) -> list[str]:
+def _options(engine: str, task: str, table: str, output_dir: Path, sizes: Sizes, tracking: bool = False) -> list[str]:
     return ["--engine", engine, "--task", TASKS[task], "--local", "--table", table, "--output-dir", str(output_dir),
             "--processes", str(PROCESSES), "--epochs", str(sizes.epochs), "--checkpoint-every", str(sizes.epochs),
-            "--batch-size", str(BATCH_SIZE), "--seed", str(SEED), "--no-resume", "--no-tracking",
-            *(["--model-size", "tiny"] if task == "causal_lm" else [])]
+            "--batch-size", str(BATCH_SIZE), "--seed", str(SEED), "--no-resume",
+            *([] if tracking else ["--no-tracking"]), *(["--model-size", "tiny"] if task == "causal_lm" else [])]
 
 
-def _hand_off(spark, engine: str, task: str, table: str, output_dir: Path, sizes: Sizes) -> Path:
+def _hand_off(spark, engine: str, task: str, table: str, output_dir: Path, sizes: Sizes, *extra: str,
+              tracking: bool = False) -> Path:
     """What `train --engine E --handoff-to-torchrun` does, on this process's Spark session: stage, write the config
     and the command; the command's path."""
     from distributed_training import config as configuration
@@ -194,7 +230,8 @@ def _hand_off(spark, engine: str, task: str, table: str, output_dir: Path, sizes
     from distributed_training.engines.torchrun import hand_off
     from distributed_training.launch import resolve
 
-    config = configuration.from_args([*_options(engine, task, table, output_dir, sizes), "--handoff-to-torchrun"])
+    config = configuration.from_args([*_options(engine, task, table, output_dir, sizes, tracking), *extra,
+                                      "--handoff-to-torchrun"])
     configuration.check(config)
     hand_off(spark, resolve(config, engine_named(engine), spark), {})
     return output_dir / "torchrun" / "command.sh"

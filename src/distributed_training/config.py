@@ -155,7 +155,7 @@ class Config:
                                          "folder (used only while OUTPUT_DIR has no checkpoint of its own)",
                                    metavar="PATH")
     init_mode: str = option("weights", "what --init-from takes: weights (the model's; the optimizer, schedule and "
-                                       "epochs start fresh) or full (the whole training state and the epochs "
+                                       "steps start fresh) or full (the whole training state and the steps "
                                        "reached, for a run like that one: same task, data, seed, batch and "
                                        "processes)", choices=INIT_MODES)
     tracking: bool = option(True, "do not log params, metrics and the model to MLflow")

@@ -63,6 +63,10 @@ def test_the_engines_benchmark_compares_each_engine_with_torchrun_of_the_same_wo
             row = rows[f"causal_lm: {engine} {figure}"]
             assert row["unit"] == "s" and 0 < row["ours"] and 0 < row["baseline"]
         assert rows[f"causal_lm: {engine} time to first step"]["ours"] < rows[f"causal_lm: {engine} wall time"]["ours"]
+    for every in (1, 10):
+        reporting = rows[f"causal_lm: progress report every {every} step(s) against none"]
+        assert reporting["unit"] == "tokens/s" and reporting["ratio"] > 0
+        assert reporting["work"]["ours"] == reporting["work"]["baseline"]  # the same steps, with and without reports
 
 
 @pytest.mark.skipif(GPU_VISIBLE, reason="a GPU is visible: the check would really run")

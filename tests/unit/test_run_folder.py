@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import time
 
+from distributed_training import config as configuration
 from distributed_training.launch import main
 from distributed_training.run_folder import finished_metrics
+from distributed_training.training.checkpoints import options_identity, refusal_to_resume, tag_of
 from distributed_training.training.tracking import experiment_name
 
 from support.runs import FARE, resolved_config
@@ -42,6 +44,29 @@ def test_train_into_a_finished_runs_folder_reports_it_and_starts_nothing(tmp_pat
     assert code == 0 and time.perf_counter() - started < 5  # no Spark, no training process
     out = capsys.readouterr().out
     assert "has finished already: held-out loss 0.5000" in out and "give a new --output-dir" in out
+
+
+def write_checkpoint_marker(folder, config) -> None:
+    marker = folder / "checkpoints" / tag_of(5) / "complete.json"
+    marker.parent.mkdir(parents=True)
+    identity = {**options_identity(config), "source": "a table", "train_rows": 100, "test_rows": 10, "world_size": 2}
+    marker.write_text(json.dumps({"step": 5, "epoch": 1, "run_identity": identity}))
+
+
+def test_a_resume_that_options_alone_refuse_is_refused_before_spark_starts(tmp_path, capsys):
+    arguments = ["--engine", "torch_distributor", "--task", FARE, "--local", "--output-dir", str(tmp_path / "run")]
+    write_checkpoint_marker(tmp_path / "run", configuration.from_args(arguments))
+    started = time.perf_counter()
+    assert main([*arguments, "--seed", "7", "--batch-size", "16"]) == 1
+    assert time.perf_counter() - started < 5  # no Spark, no training process
+    error = capsys.readouterr().err
+    assert "holds the checkpoints of another run (batch_size: 64 -> 16; seed: 42 -> 7)" in error
+    assert "--no-resume" in error and not (tmp_path / "run" / "staging").exists()
+    # what does not change the math never blocks a resume: the budget, the cadences
+    relaxed = configuration.from_args([*arguments, "--max-steps", "99", "--epochs", "20", "--log-every-steps", "1",
+                                       "--checkpoint-every-steps", "7", "--eval-every-steps", "3"])
+    assert refusal_to_resume(relaxed) is None
+    assert refusal_to_resume(configuration.from_args([*arguments, "--seed", "7", "--no-resume"])) is None
 
 
 def test_mlflow_experiments_are_named_without_the_workspace_prefix(tmp_path):

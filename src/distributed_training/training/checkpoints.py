@@ -146,7 +146,7 @@ def _ensure_writable_folder(directory: str) -> None:
 class Checkpoints:
     """Save and resume the training state; `run_identity` must match for a checkpoint to be resumed from."""
 
-    def __init__(self, directory: str, process: distributed.Process, keep: int, run_identity: dict, log=print):
+    def __init__(self, directory: str, process, keep: int, run_identity: dict, log=print):
         if keep < 1:
             raise ValueError(f"keep must be at least 1 checkpoint, got {keep}")
         _ensure_writable_folder(directory)

@@ -96,15 +96,18 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
 
     step = resumed["step"] if resumed else 0
 
-    def report() -> dict:
-        """The figures since the last report, checked, and added to the epoch's totals."""
+    def settled(part: dict) -> None:
+        """Updates added up over the ranks: checked, and added to the epoch's totals."""
         nonlocal epoch_totals
-        figures = meter.report()
-        if not math.isfinite(figures["loss"]):
-            raise NonFiniteLoss(f"the training loss became {figures['loss']} by step {step}: no checkpoint of it was "
-                                "saved. Lower --learning-rate, keep --grad-clip on, or train in fp32 (--precision "
+        if part["updates"] and not math.isfinite(part["loss_sum"]):
+            raise NonFiniteLoss(f"the training loss became {part['loss_sum']} by step {step}: no checkpoint of it "
+                                "was saved. Lower --learning-rate, keep --grad-clip on, or train in fp32 (--precision "
                                 "fp32)")
-        epoch_totals = _added(epoch_totals, figures)
+        epoch_totals = _added(epoch_totals, part)
+
+    def report() -> dict:
+        figures, part = meter.report()
+        settled(part)
         return figures
 
     log(f"training {config.task_name} on {process.world_size} process(es), {process.device.type}, {config.engine}, "
@@ -128,32 +131,31 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
                                **gpu_memory(process)}
                     tracker.log_step(step, progress_metrics(figures))
                     log(progress_line(step, plan, epoch, figures))
-                aside = time.perf_counter()  # evaluations and checkpoints are not training time
-                if config.eval_every_steps and step % config.eval_every_steps == 0 and not (end_of_epoch or last):
-                    scores = evaluate(task, strategy, held_out, data.stats, process, config.eval_batches)
-                    tracker.log_step(step, {f"eval_{name}": value for name, value in scores.items()})
-                    log(f"step {step}  held-out loss on {config.eval_batches} batch(es) a process: "
-                        f"{scores['held_out_loss']:.4f}")
-                    strategy.model.train()
-                if end_of_epoch or last:
-                    if meter.pending:
-                        report()
-                    history.append(epoch_record(task, strategy, held_out, data.stats, process, epoch, step,
-                                                epoch_totals, learning_rate))
-                    tracker.log_step(step, history[-1])
-                    log(f"epoch {epoch:>3}/{plan.epochs}  step {step}/{plan.updates}  train loss "
-                        f"{history[-1]['train_loss']:.4f}  held-out loss {history[-1]['held_out_loss']:.4f} "
-                        f"(trivial predictor: {history[-1]['baseline_loss']:.4f})  "
-                        f"{time.perf_counter() - started:.1f}s")
-                if last or (end_of_epoch and epoch % config.checkpoint_every == 0) or (
-                        config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0):
-                    if meter.pending:  # the epoch's figures so far go into the checkpoint, checked
-                        report()
-                    checkpoints.save(strategy, step, {"epoch": epoch, "history": history, "mlflow_run_id": run_id,
-                                                      "epoch_totals": None if end_of_epoch else epoch_totals})
+                with meter.paused():  # evaluations and checkpoints are not training time
+                    if config.eval_every_steps and step % config.eval_every_steps == 0 and not (end_of_epoch or last):
+                        scores = evaluate(task, strategy, held_out, data.stats, process, config.eval_batches)
+                        tracker.log_step(step, {f"eval_{name}": value for name, value in scores.items()})
+                        log(f"step {step}  held-out loss on {config.eval_batches} batch(es) a process: "
+                            f"{scores['held_out_loss']:.4f}")
+                        strategy.model.train()
+                    if end_of_epoch or last:
+                        if meter.pending:
+                            settled(meter.settle())
+                        history.append(epoch_record(task, strategy, held_out, data.stats, process, epoch, step,
+                                                    epoch_totals, learning_rate))
+                        tracker.log_step(step, history[-1])
+                        log(f"epoch {epoch:>3}/{plan.epochs}  step {step}/{plan.updates}  train loss "
+                            f"{history[-1]['train_loss']:.4f}  held-out loss {history[-1]['held_out_loss']:.4f} "
+                            f"(trivial predictor: {history[-1]['baseline_loss']:.4f})  "
+                            f"{time.perf_counter() - started:.1f}s")
+                    if last or (end_of_epoch and epoch % config.checkpoint_every == 0) or (
+                            config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0):
+                        if meter.pending:  # the epoch's figures so far go into the checkpoint, checked
+                            settled(meter.settle())
+                        checkpoints.save(strategy, step, {"epoch": epoch, "history": history, "mlflow_run_id": run_id,
+                                                          "epoch_totals": None if end_of_epoch else epoch_totals})
                 if last:
                     break
-                meter.exclude(time.perf_counter() - aside)
                 waited = time.perf_counter()
 
         if not history:  # a resumed run whose budget was already spent: its last checkpoint's record stands
@@ -261,12 +263,11 @@ def epoch_record(task, strategy, held_out: tuple, stats: dict, process: distribu
             "learning_rate": learning_rate, **scores}
 
 
-def _added(totals: dict | None, window: dict) -> dict:
-    """An epoch's running totals with one report window more (JSON numbers: they go into checkpoints)."""
+def _added(totals: dict | None, part: dict) -> dict:
+    """An epoch's running totals with a settled part more (JSON numbers: they go into checkpoints)."""
     totals = dict(totals or {"loss_sum": 0.0, "items": 0.0, "examples": 0.0, "seconds": 0.0})
-    totals["loss_sum"] += window["loss"] * window["items"]
-    for name in ("items", "examples", "seconds"):
-        totals[name] += window[name]
+    for name in totals:
+        totals[name] += part[name]
     return totals
 
 
@@ -345,8 +346,9 @@ class ShuffledBatches:
     """Batches of examples (a tuple of tensors sliced together) in a new seeded order every epoch.
 
     After `set_epoch(epoch)` the order depends on the seed and the epoch alone, so a run resumed at any epoch sees the
-    batches an uninterrupted run would have seen; `windows` starts anywhere in an epoch (a mid-epoch resume). Each batch is one gather per tensor: a DataLoader over a
-    TensorDataset reads and collates example by example, several times slower than the steps it feeds.
+    batches an uninterrupted run would have seen; `windows` starts anywhere in an epoch (a mid-epoch resume). Each
+    batch is one gather per tensor: a DataLoader over a TensorDataset reads and collates example by example, several
+    times slower than the steps it feeds.
     """
 
     def __init__(self, examples: tuple, batch_size: int, seed: int):

@@ -8,15 +8,17 @@ One definition for the loop's progress lines, its MLflow metrics and metrics.jso
 The FLOPs per token are the task's (`flops_per_token`, optional: the causal LM counts them; a task without it gets
 no MFU); the peak is NVIDIA's, looked up below by the GPU's exact name (no MFU for a GPU not listed, nor on CPU).
 
-Dense 16-bit tensor-core peaks of NVIDIA GPUs. The name is what `torch.cuda.get_device_name()` and `nvidia-smi --query-gpu=name` print (e.g. "NVIDIA H100 80GB
-HBM3"), matched whole, never by substring: "NVIDIA L40" is not an L4, "NVIDIA H200 NVL" is not an H200 SXM. Figures
-are NVIDIA's data-sheet figures without sparsity (the data sheets print the sparse figure, twice these). A name not
-listed gets no figure: MFU is then unknown unless the caller gives a peak.
+Dense 16-bit tensor-core peaks of NVIDIA GPUs. The name is what `torch.cuda.get_device_name()` and
+`nvidia-smi --query-gpu=name` print (e.g. "NVIDIA H100 80GB HBM3"), matched whole, never by substring: "NVIDIA L40"
+is not an L4, "NVIDIA H200 NVL" is not an H200 SXM. Figures are NVIDIA's data-sheet figures without sparsity (the
+data sheets print the sparse figure, twice these). A name not listed gets no figure: MFU is then unknown unless the
+caller gives a peak.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -81,34 +83,31 @@ def peak_tflops_of(device) -> float | None:
 
 
 class StepMeter:
-    """What the updates since the last report cost: items (the task's tokens, or examples), examples, time waiting
-    for data and the rest, and the loss summed over items. Counts stay on the device between reports (no sync per
-    step); a report adds them up over the ranks, once.
+    """What the updates cost: items (the task's tokens, or examples), examples, the loss summed over items, the time
+    spent training and the part of it spent waiting for data. Counts stay on the device between settlements (no sync
+    per step); `settle()` adds them up over the ranks, once (every rank calls it).
 
-    `report()` gives rates over the window it closes; `totals()` over the run in this process after its first
-    report window, which pays for warm-up (allocations, kernel choices, caches): the first window's own when there is
-    only one."""
+    Two spans read from it: a report's window (`report()`: rates since the last report) and whatever the caller
+    settles in between (`settle()`: what an epoch's totals and a checkpoint need), so a checkpoint in the middle of a
+    window leaves the window whole. `totals()`: the run's rates in this process after its first settlement, which pays
+    for warm-up (allocations, kernel choices, caches); the first one's own when there is only one."""
+
+    FIELDS = ("loss_sum", "items", "examples", "data_seconds", "updates", "seconds")
 
     def __init__(self, process, flops_per_token: float | None, counts_tokens: bool):
-        self.process, self.counts_tokens = process, counts_tokens
-        self.peak_tflops = peak_tflops_of(process.device)
-        self.flops_per_token = flops_per_token
-        self.runs = {"items": 0.0, "examples": 0.0, "seconds": 0.0}
-        self.windows = 0
-        self._open()
-
-    def _open(self) -> None:
         import torch
 
-        self.started = time.perf_counter()
-        self.data_seconds = 0.0
-        self.updates = 0
-        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.process.device)
-        self.items = torch.zeros((), dtype=torch.float64, device=self.process.device)
-        self.examples = 0
+        self.process, self.counts_tokens, self.flops_per_token = process, counts_tokens, flops_per_token
+        self.peak_tflops = peak_tflops_of(process.device)
+        self.zero = lambda: torch.zeros((), dtype=torch.float64, device=process.device)  # noqa: E731
+        self.loss_sum, self.items, self.examples, self.data_seconds, self.updates = self.zero(), self.zero(), 0, 0.0, 0
+        self.window = dict.fromkeys(self.FIELDS, 0.0)
+        self.settlements: list[dict] = []
+        self.settled_at = self.window_started = time.perf_counter()
+        self.paused_at: float | None = None
 
     def add(self, loss_sum, items, examples: int, data_seconds: float) -> None:
-        """One update: this rank's loss summed over its items, the items of the update over all ranks, this rank's
+        """One update: this rank's loss summed over its items, the update's items over all ranks, this rank's
         examples, and the seconds it waited for them."""
         self.loss_sum += loss_sum
         self.items += items
@@ -120,30 +119,50 @@ class StepMeter:
     def pending(self) -> int:
         return self.updates
 
-    def exclude(self, seconds: float) -> None:
-        """Time spent on something else than training (an evaluation, a checkpoint) leaves the window's clock."""
-        self.started += seconds
+    @contextmanager
+    def paused(self):
+        """Time spent on something else than training (an evaluation, a checkpoint) counts in neither span."""
+        self.paused_at = time.perf_counter()
+        try:
+            yield
+        finally:
+            stopped, self.paused_at = time.perf_counter() - self.paused_at, None
+            self.settled_at += stopped
+            self.window_started += stopped
 
-    def report(self) -> dict:
-        """The window since the last report (every rank calls it: one all-reduce), and a new window opened."""
+    def _now(self) -> float:
+        return self.paused_at if self.paused_at is not None else time.perf_counter()
+
+    def settle(self) -> dict:
+        """The updates since the last settlement, over every rank: loss_sum, items, examples, data_seconds (summed
+        over ranks), updates and seconds (this rank's clock)."""
         from . import distributed
 
+        now = self._now()
         loss_sum, examples, data_seconds = distributed.sum_over_ranks(
             self.process, float(self.loss_sum), float(self.examples), self.data_seconds)
-        items = float(self.items)  # already over every rank
-        seconds = time.perf_counter() - self.started
-        window = {"loss": loss_sum / items if items else float("nan"), "updates": self.updates, "items": items,
-                  "examples": examples, "seconds": seconds,
-                  "data_seconds_per_step": data_seconds / self.process.world_size / max(self.updates, 1),
-                  "step_seconds": seconds / max(self.updates, 1)}
-        self.windows += 1
-        if self.windows == 1:
-            self.first = window
-        else:
-            for name in self.runs:
-                self.runs[name] += window[name]
-        self._open()
-        return {**window, **self.rates(items, examples, seconds)}
+        settled = {"loss_sum": loss_sum, "items": float(self.items), "examples": examples,  # items: over all already
+                   "data_seconds": data_seconds, "updates": self.updates, "seconds": now - self.settled_at}
+        self.loss_sum, self.items, self.examples, self.data_seconds, self.updates = (
+            self.zero(), self.zero(), 0, 0.0, 0)
+        self.settled_at = now
+        for name in self.FIELDS:
+            self.window[name] += settled[name]
+        self.settlements.append(settled)
+        return settled
+
+    def report(self) -> tuple[dict, dict]:
+        """(The window since the last report: its loss, rates and step time; what it settled), and a new window."""
+        settled = self.settle()
+        window, seconds = self.window, self._now() - self.window_started
+        updates = max(window["updates"], 1)
+        figures = {"loss": window["loss_sum"] / window["items"] if window["items"] else float("nan"),
+                   "updates": window["updates"], "step_seconds": seconds / updates,
+                   "data_seconds_per_step": window["data_seconds"] / self.process.world_size / updates,
+                   **self.rates(window["items"], window["examples"], seconds)}
+        self.window = dict.fromkeys(self.FIELDS, 0.0)
+        self.window_started = self._now()
+        return figures, settled
 
     def rates(self, items: float, examples: float, seconds: float) -> dict:
         per_second = items / seconds if seconds > 0 else float("nan")
@@ -154,8 +173,6 @@ class StepMeter:
         return figures
 
     def totals(self) -> dict:
-        """The run's rates in this process, its first report window left out where there are others."""
-        if self.windows == 0:
-            return self.rates(0.0, 0.0, 0.0)
-        runs = self.runs if self.windows > 1 else self.first
-        return self.rates(runs["items"], runs["examples"], runs["seconds"])
+        """The run's rates in this process, its first settlement left out where there are others."""
+        steady = self.settlements[1:] or self.settlements
+        return self.rates(*(sum(part[name] for part in steady) for name in ("items", "examples", "seconds")))
