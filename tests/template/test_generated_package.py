@@ -85,8 +85,10 @@ def test_the_runtime_is_carried_as_it_is_in_this_repository(rendered):
 
 def test_the_default_project_is_small_and_holds_nothing_used_only_while_generating(rendered):
     package = package_of(rendered())
-    lines = sum(len(path.read_text().splitlines()) for path in package.rglob("*.py"))
-    assert lines <= MAX_LINES, f"src/my_training/ has {lines} lines of Python, over {MAX_LINES}"
+    # lines of code as cloc counts them: neither blank nor a comment alone (docstrings count)
+    lines = sum(1 for path in package.rglob("*.py") for line in path.read_text().splitlines()
+                if line.strip() and not line.lstrip().startswith("#"))
+    assert lines <= MAX_LINES, f"src/my_training/ has {lines} lines of Python code, over {MAX_LINES}"
     assert [name for name in GENERATION_ONLY if (package / name).exists()] == []
     assert sorted(path.name for path in package.iterdir() if path.name != "__pycache__") == sorted([
         "__init__.py", "__main__.py", "task.py", "config.py", "files.py", "findings.py", "launch.py", "run_folder.py",
