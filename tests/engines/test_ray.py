@@ -94,7 +94,7 @@ def test_ray_on_spark_trains_with_two_workers_and_leaves_nothing_running(tmp_pat
     assert metrics["world_size"] == 2 and len(metrics["epochs"]) == EPOCHS
     assert_it_learned(metrics, FARE)
     # The loop's checkpoints, where every engine writes them; Ray Train registered the last one there (no copy).
-    last = tmp_path / "checkpoints" / f"epoch-{EPOCHS:05d}"
+    last = tmp_path / "checkpoints" / tag_of(metrics["step"])
     assert (last / "state.pt").exists() and (last / "complete.json").exists()
     assert not [path for path in (tmp_path / "checkpoints").glob("checkpoint_*") if path.is_dir()]
     registered = json.loads((tmp_path / "checkpoints" / "checkpoint_manager_snapshot.json").read_text())

@@ -1,10 +1,11 @@
-"""A training process killed for real after a checkpoint; the rerun resumes and ends as an uninterrupted run.
+"""A training process killed for real in the middle of an epoch; the rerun resumes and ends as an uninterrupted run.
 
-`train --local` runs as a subprocess (its output into a file, so nothing can fill a pipe and hang it); once two
-checkpoints are complete, rank 1's process gets SIGKILL and the run fails. Then the newest checkpoint is damaged: the
-DDP state file truncated, or, under DeepSpeed, one rank's shard of the optimizer state. The rerun must skip it, resume
-from the one before, and end, epoch by epoch, where an uninterrupted run ends; the MLflow run (a local file store)
-holds the params, every epoch's metrics and the model.
+`train --local` runs as a subprocess (its output into a file, so nothing can fill a pipe and hang it), with a
+checkpoint every 30 steps of the epochs' 100; once two checkpoints are complete, rank 1's process gets SIGKILL and the
+run fails. Then the newest checkpoint is damaged: the DDP state file truncated, or, under DeepSpeed, one rank's shard
+of the optimizer state. The rerun must skip it, resume from the one before, mid-epoch, and end with the weights of an
+uninterrupted run and, epoch by epoch, its figures; the MLflow run (a local file store) holds the params, every
+epoch's metrics and the model.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from pathlib import Path
 import pytest
 
 from distributed_training.training.checkpoints import complete_steps, tag_of
+from distributed_training.training.strategy import checkpoint_weights
 
 from conftest import FARE, assert_it_learned, environment, metrics_of, output_of, train_command
 
 pytestmark = pytest.mark.engine
 
 EPOCHS = 4
-OPTIONS = ["--epochs", str(EPOCHS), "--batch-size", "16", "--keep-checkpoints", "3", "--processes", "2"]
+OPTIONS = ["--epochs", str(EPOCHS), "--batch-size", "16", "--keep-checkpoints", "3", "--processes", "2",
+           "--checkpoint-every-steps", "30"]
 
 
 def rank_processes(root_pid: int, rank: int) -> list[int]:
@@ -93,6 +96,7 @@ def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_s
     assert f"resuming from the checkpoint of step {complete[1]}" in rerun.stdout
     resumed = metrics_of(output)
     assert resumed["resumed_from_step"] == complete[1] < resumed["step"]
+    assert complete[1] % resumed["updates_per_epoch"] != 0, "the resume should start in the middle of an epoch"
 
     uninterrupted = train_command(tmp_path / "uninterrupted", engine, FARE, *OPTIONS)
     assert uninterrupted.returncode == 0, output_of(uninterrupted)
@@ -100,6 +104,9 @@ def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_s
     for name in ("train_loss", "held_out_loss", "test_rmse", "learning_rate"):
         assert [epoch[name] for epoch in resumed["epochs"]] == pytest.approx(
             [epoch[name] for epoch in expected["epochs"]], rel=1e-5), name
+    ours, theirs = (checkpoint_weights(str(folder / "checkpoints"), tag_of(expected["step"]))
+                    for folder in (output, tmp_path / "uninterrupted"))
+    assert max(float((ours[name] - theirs[name]).abs().max()) for name in theirs) < 1e-6
     assert_it_learned(resumed, FARE)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     assert_mlflow_holds_the_run(output / "mlruns", resumed, engine)
