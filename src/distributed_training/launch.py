@@ -175,7 +175,7 @@ def _tracking_environment(config: Config) -> dict[str, str]:
 def _report(config: Config, result: TrainingRun, seconds: float) -> None:
     metrics = result.metrics
     shown = {name: value for name, value in metrics["final"].items()
-             if name not in ("epoch", "train_seconds", "examples_per_second", "learning_rate")}
+             if name not in ("epoch", "step", "train_seconds", "examples_per_second", "learning_rate")}
     lines = [f"\nTrained with {config.engine}: {result.description}.",
              f"  data     {config.table}",
              f"  result   held-out loss {metrics['held_out_loss']:.4f}; the trivial predictor's: "
@@ -183,6 +183,12 @@ def _report(config: Config, result: TrainingRun, seconds: float) -> None:
              "  scores   " + ", ".join(f"{name} {value:.4g}" if isinstance(value, float) else f"{name} {value}"
                                       for name, value in shown.items()),
              f"  metrics  {metrics['metrics_file']}"]
+    if "step" in metrics:  # the torch loop's runs (Spark ML fits once)
+        tokens = metrics["tokens_per_second"]
+        speed = f"{tokens:,.0f} tokens/s" if tokens else f"{metrics['examples_per_second']:,.0f} examples/s"
+        utilisation = f", MFU {metrics['mfu']:.1%}" if metrics["mfu"] is not None else ""
+        epochs = metrics["epochs"][-1]["epoch"]
+        lines.insert(2, f"  steps    {metrics['step']} in {epochs} epoch(s), {speed}{utilisation}")
     if "model_dir" in metrics:
         lines.append(f"  model    {metrics['model_dir']}")
     lines.append(f"  time     {seconds:.1f} s")

@@ -223,7 +223,7 @@ def update(task, strategy, window: list[tuple], process: distributed.Process):
     sizes: each micro-batch's mean loss is weighed by its share of the items (the task's `count`: tokens for the LM;
     examples by default, so a short last batch weighs less), times the number of ranks, which DDP and DeepSpeed
     average over. The ranks reduce their gradients once, in the window's last micro-batch."""
-    counts = torch.stack([_count(task, batch, process.device) for batch in window])
+    counts = _counts(task, window, process.device)
     total = counts.sum()
     if hasattr(task, "count"):
         total = distributed.sum_tensor_over_ranks(process, total)
@@ -239,9 +239,12 @@ def update(task, strategy, window: list[tuple], process: distributed.Process):
     return loss_sum, total, strategy.step()
 
 
-def _count(task, batch: tuple, device: torch.device) -> torch.Tensor:
-    counted = task.count(batch) if hasattr(task, "count") else len(batch[0])
-    return torch.as_tensor(counted, dtype=torch.float64, device=device)
+def _counts(task, window: list[tuple], device: torch.device) -> torch.Tensor:
+    """What each micro-batch's loss is the mean over, on the device (one copy for the window when they are numbers)."""
+    counted = [task.count(batch) if hasattr(task, "count") else len(batch[0]) for batch in window]
+    if all(isinstance(count, int) for count in counted):
+        return torch.tensor(counted, dtype=torch.float64).to(device, non_blocking=True)
+    return torch.stack([torch.as_tensor(count, dtype=torch.float64, device=device) for count in counted])
 
 
 def flops_per_token(task, model: torch.nn.Module, options) -> float | None:

@@ -99,11 +99,11 @@ class DataParallel(Strategy):
     def step(self) -> torch.Tensor:
         """Clip, update, advance the schedule; the gradients' global norm before clipping (a tensor on the device)."""
         self.scaler.unscale_(self.optimizer)
-        gradients = [parameter.grad for parameter in self.module.parameters() if parameter.grad is not None]
         if self.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.grad_clip)
         else:
-            norm = torch.nn.utils.get_total_norm(gradients)
+            norm = torch.nn.utils.get_total_norm([parameter.grad for parameter in self.module.parameters()
+                                                  if parameter.grad is not None])
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
