@@ -13,10 +13,10 @@ import sys
 import tempfile
 import time
 
-from . import data_path, engines, generation
+from . import data_memory, data_path, engines, generation
 from .measure import format_table
 
-SECTIONS = {"data": data_path.run, "generation": generation.run, "engines": engines.run}
+SECTIONS = {"data": data_path.run, "memory": data_memory.run, "generation": generation.run, "engines": engines.run}
 DEFAULT_OUTPUT = os.path.join("build", "benchmarks", "results.json")
 
 

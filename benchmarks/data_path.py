@@ -2,9 +2,9 @@
 
 1. Reading: `read_shard` (a rank's staged files into one Table) against one plain `pyarrow.parquet.read_table` call
    over the same files, rows per second.
-2. Text to token batches: the language task's own `examples` (documents to blocks of token ids) and the loop's
-   `ShuffledBatches` over one epoch, against numpy reading the documents' joined bytes as tokens and slicing a random
-   permutation of the blocks by hand, tokens per second.
+2. Text to token batches: the language task's own `tokenize` and `examples` (documents to blocks of token ids) and
+   the loop's `ShuffledBatches` over one epoch, against numpy reading the documents' joined bytes as tokens and
+   slicing a random permutation of the blocks by hand, tokens per second.
 3. Batching: `ShuffledBatches` over one epoch of the fare task's tensors against a permutation sliced by hand.
 """
 
@@ -70,7 +70,7 @@ def _text_to_batches(work_dir: str, count: int, repetitions: int) -> list[Row]:
         return tokens / elapsed
 
     def ours():
-        (blocks,) = causal_lm.examples(table, {}, options)
+        (blocks,) = causal_lm.examples(causal_lm.tokenize(table.to_pandas(), options), {}, options)
         batches = ShuffledBatches((blocks,), BATCH_SIZE, seed=0)
         batches.set_epoch(1)
         return iter(batches)
@@ -86,7 +86,8 @@ def _text_to_batches(work_dir: str, count: int, repetitions: int) -> list[Row]:
 
     measured = alternate({"ours": lambda: tokens_per_second(ours), "numpy": lambda: tokens_per_second(by_hand)},
                          repetitions, warm_up=True)
-    return [Row("data path", f"{count:,} documents to shuffled token batches (causal_lm.examples, ShuffledBatches)",
+    return [Row("data path",
+                f"{count:,} documents to shuffled token batches (causal_lm.tokenize, examples, ShuffledBatches)",
                 "tokens/s", tuple(measured["ours"]), tuple(measured["numpy"]),
                 f"blocks of {block_size} tokens, batches of {BATCH_SIZE}; baseline: numpy.frombuffer of the joined "
                 "bytes, a permutation sliced by hand")]

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     from distributed_training.config import from_json, placement
     from distributed_training.task_interface import load_task
     from distributed_training.training import distributed, strategy as strategies
-    from distributed_training.training.data import StagedData, read_shard
+    from distributed_training.training.data import StagedData
     from distributed_training.training.loop import ShuffledBatches, adamw, warmup_then_cosine
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_breakdown", description=__doc__.splitlines()[0])
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         task, options = load_task(config.task), config.task_options
         data = StagedData.load(config.staging_dir)
-        examples = task.examples(read_shard(data.train_dir, process.rank, process.world_size), data.stats, options)
+        examples = task.examples(data.shard("train", process.rank, process.world_size), data.stats, options)
         batches = _endless(ShuffledBatches(examples, config.batch_size, seed=config.seed + process.rank))
         strategy = strategies.create(config, process)
         total_steps = WARM_UP_STEPS + args.steps

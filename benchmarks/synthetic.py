@@ -62,13 +62,28 @@ def text_statistics(texts: list[str]) -> dict:
 
 
 def stage_text(directory: str, train: list[str], test: list[str], files: int):
-    """The documents as a staged folder for the language task, `files` files a split (one per process); its
-    StagedData."""
+    """The documents as a staged folder for the language task, `files` files a split (one per process), tokenized and
+    cut into rows as staging does; its StagedData."""
+    import uuid
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from distributed_training.staging import ROW_GROUP_BYTES, TOKENS_A_ROW
+    from distributed_training.tasks.causal_lm import Options, tokenize
     from distributed_training.training.data import StagedData
 
-    write_parts(os.path.join(directory, "train"), {"text": train}, files)
-    write_parts(os.path.join(directory, "test"), {"text": test}, files)
+    for split, texts in (("train", train), ("test", test)):
+        os.makedirs(os.path.join(directory, split), exist_ok=True)
+        for part, share in enumerate(np.array_split(np.array(texts, dtype=object), files)):
+            tokens = tokenize({"text": share}, Options())
+            rows = [tokens[start:start + TOKENS_A_ROW].tobytes() for start in range(0, len(tokens), TOKENS_A_ROW)]
+            pq.write_table(pa.table({"tokens": pa.array(rows, type=pa.binary())}),
+                           os.path.join(directory, split, f"part-{part:05d}.parquet"),
+                           row_group_size=ROW_GROUP_BYTES // (2 * TOKENS_A_ROW))
     staged = StagedData(directory=directory, task=LANGUAGE_TASK, source="synthetic", train_rows=len(train),
-                        test_rows=len(test), files_per_split=files, stats=text_statistics(train))
+                        test_rows=len(test), files_per_split=files, stats=text_statistics(train),
+                        token_dtype="uint16", staging_id=uuid.uuid4().hex)
     staged.save()
     return staged

@@ -91,10 +91,11 @@ def resolve(config: Config, engine, spark) -> Config:
     if precision == "auto":
         precision = "fp32" if not gpus else "bf16" if config.handoff_to_torchrun or _bf16_supported() else "fp16"
     table = config.table
-    if table is None and config.local:
-        table = os.path.join(config.output_dir, SAMPLE_TABLE_DIR)
-        print(f"writing a sample table (shaped like {engine.default_table(config)}) to {table}", flush=True)
-        engine.sample_table(spark, config).coalesce(1).write.mode("overwrite").parquet(table)
+    if table is None and config.local:  # written once: a rerun's staging finds its source unchanged
+        table = os.path.join(config.output_dir, SAMPLE_TABLE_DIR, f"seed-{config.seed}")
+        if not os.path.exists(os.path.join(table, "_SUCCESS")):
+            print(f"writing a sample table (shaped like {engine.default_table(config)}) to {table}", flush=True)
+            engine.sample_table(spark, config).coalesce(1).write.mode("overwrite").parquet(table)
     return dataclasses.replace(config, gpus_per_node=gpus, precision=precision,
                                table=table or engine.default_table(config))
 

@@ -3,15 +3,30 @@ parquet files for the ranks.
 
 The staging folder must be visible to every rank: a local folder on one machine, a Unity Catalog volume
 (/Volumes/catalog/schema/volume/...) on a cluster. Each split is written as one parquet file per process, of about the
-same size, so every rank reads its own file and nothing is collected onto the driver. No torch is needed here.
+same size, so every rank reads its own file and nothing is collected onto the driver. A task that defines `tokenize`
+has its rows tokenized here, on the executors, once: the files hold token ids. No torch is needed here.
+
+Staged once: a retry or a repair finds its data staged from the same source (by its fingerprint: a Delta table's
+version, else its files' names and sizes), task options, seed and processes, and uses it. A changed source is staged
+again, unless the run has checkpoints to resume (trained on the old data): then it is refused, with the reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import uuid
+
 from .config import Config
-from .training.data import StagedData
+from .training.checkpoints import complete_steps
+from .training.data import MANIFEST, StagedData
 
 TEST_FRACTION = 0.2
+TOKENS_A_ROW = 1 << 16  # staged token streams are cut into rows of this many ids, so that row groups stay small:
+ROW_GROUP_BYTES = 4 << 20  # a rank copying its tokens to its local disk holds about one row group at a time
 
 
 class TableError(ValueError):
@@ -42,10 +57,56 @@ def split(prepared, seed: int):
     return prepared.randomSplit([1 - TEST_FRACTION, TEST_FRACTION], seed=seed)
 
 
-def stage(spark, task, config: Config, world_size: int) -> StagedData:
-    """Read config.table, prepare and split it with the task, write one file per process under the staging dir."""
+def fingerprint(spark, source: str, table) -> dict:
+    """What changes when the source's data does: a Delta table's version; else its files' names and sizes."""
+    from pyspark.errors import PySparkException
+
+    if not looks_like_path(source):
+        try:
+            return {"of": f"Delta version {spark.sql(f'DESCRIBE HISTORY {source} LIMIT 1').first()['version']}"}
+        except PySparkException:  # not a Delta table
+            pass
+    files = sorted(table.inputFiles())
+    sizes = [_local_size(name) for name in files]
+    digest = hashlib.sha256("\n".join(f"{name} {size}" for name, size in zip(files, sizes)).encode()).hexdigest()
+    return {"of": f"{len(files)} file(s), {sum(sizes):,} bytes, listing {digest[:16]}"}
+
+
+def _local_size(uri: str) -> int:
+    # where this machine sees the file (local paths, /Volumes); -1 where not: its name changes when Spark rewrites it
+    path = re.sub(r"^(file|dbfs):/*", "/", uri)
+    return os.path.getsize(path) if os.path.isfile(path) else -1
+
+
+def staged_before(directory: str) -> StagedData | None:
     try:
-        prepared = task.prepare(read_table(spark, config.table, task.DEFAULT_TABLE), config.task_options).cache()
+        return StagedData.load(directory)
+    except (OSError, ValueError, TypeError):  # none, damaged, or from an older version: staged again
+        return None
+
+
+def stage(spark, task, config: Config, world_size: int) -> StagedData:
+    """Read config.table, prepare and split it with the task, write one file per process under the staging dir;
+    or find it staged already (see the module's docstring)."""
+    table = read_table(spark, config.table, task.DEFAULT_TABLE)
+    recipe = json.loads(json.dumps({
+        "task": config.task, "task_options": dataclasses.asdict(config.task_options), "seed": config.seed,
+        "source": config.table, "files_per_split": world_size, "fingerprint": fingerprint(spark, config.table, table)}))
+    before = staged_before(config.staging_dir)
+    if before and before.recipe == recipe:
+        print(f"using the data staged at {config.staging_dir}: {config.table} is as it was staged "
+              f"({recipe['fingerprint']['of']})", flush=True)
+        return before
+    changed = before and before.recipe.get("source") == config.table and before.recipe.get("fingerprint")
+    if changed and changed != recipe["fingerprint"] and config.resume and complete_steps(config.checkpoint_dir):
+        raise TableError(f"{config.table} changed since this run staged it ({changed['of']} then, "
+                         f"{recipe['fingerprint']['of']} now), and the run's checkpoints were trained on the data "
+                         "as it was: resuming would train on other data. Start a new run (a new job run, or another "
+                         "--output-dir) to train on the table as it is, or --no-resume to start this one over")
+    if before:  # the old manifest goes first: a staging cut short leaves none, so nothing uses half-written data
+        os.unlink(os.path.join(config.staging_dir, MANIFEST))
+    try:
+        prepared = task.prepare(table, config.task_options).cache()
     except ValueError as error:  # the task says why the table does not fit it
         raise TableError(f"{config.table!r}: {error}") from None
     try:
@@ -56,12 +117,32 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
                              f"{world_size} processes: train on a larger table")
         if test_rows == 0:
             raise TableError(f"{config.table!r} leaves no held-out rows after preparation: train on a larger table")
+        tokenize = getattr(task, "tokenize", None)
         staged = StagedData(directory=config.staging_dir, task=config.task, source=config.table,
                             train_rows=train_rows, test_rows=test_rows, files_per_split=world_size,
-                            stats=task.statistics(train, config.task_options))
-        train.repartition(world_size).write.mode("overwrite").parquet(staged.train_dir)
-        test.repartition(world_size).write.mode("overwrite").parquet(staged.test_dir)
+                            stats=task.statistics(train, config.task_options), recipe=recipe,
+                            token_dtype=str(tokenize(prepared.limit(1).toPandas(), config.task_options).dtype)
+                            if tokenize else None, staging_id=uuid.uuid4().hex)
+        for rows, directory in ((train, staged.train_dir), (test, staged.test_dir)):
+            rows = rows.repartition(world_size)
+            if tokenize:
+                rows = tokenized(rows, tokenize, config.task_options)
+            rows.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(directory)
     finally:
         prepared.unpersist()
     staged.save()
     return staged
+
+
+def tokenized(rows, tokenize, options):
+    """The rows as token streams, tokenized on the executors: rows of TOKENS_A_ROW ids (as bytes), in the rows'
+    order, in the same partitions."""
+    def streams(batches):
+        import pandas as pd
+
+        for batch in batches:
+            tokens = tokenize(batch, options)
+            yield pd.DataFrame({"tokens": [tokens[start:start + TOKENS_A_ROW].tobytes()
+                                           for start in range(0, len(tokens), TOKENS_A_ROW)]})
+
+    return rows.mapInPandas(streams, "tokens binary")

@@ -41,7 +41,7 @@ def test_the_data_and_generation_benchmarks_print_and_write_every_figure(tmp_pat
     # below that, something was added to the read. Each side's least disturbed run: on a busy machine the median's
     # ratio fell to 0.68 with nothing changed in the read.
     assert max(reading["runs"]) / max(reading["baseline_runs"]) > 0.8, reading
-    assert any("causal_lm.examples" in name and row["unit"] == "tokens/s" for name, row in rows.items())
+    assert any("causal_lm.tokenize" in name and row["unit"] == "tokens/s" for name, row in rows.items())
     assert any(name.startswith("validate the answer matrix") for name in rows)
 
 
@@ -67,6 +67,20 @@ def test_the_engines_benchmark_compares_each_engine_with_torchrun_of_the_same_wo
         reporting = rows[f"causal_lm: progress report every {every} step(s) against none"]
         assert reporting["unit"] == "tokens/s" and reporting["ratio"] > 0
         assert reporting["work"]["ours"] == reporting["work"]["baseline"]  # the same steps, with and without reports
+
+
+@pytest.mark.engine
+def test_the_memory_benchmark_samples_every_rank_of_both_sides_on_both_corpora(tmp_path):
+    output = tmp_path / "results.json"
+    completed = run(["bash", "benchmarks/run.sh", "--quick", "--only", "memory", "--output", str(output)], timeout=600)
+    assert completed.returncode == 0, output_of(completed)
+    rows = {row["name"]: row for row in json.loads(output.read_text())["rows"]}
+    memory = rows["data_memory: a rank's peak RssAnon, 8 MB of text against 1 MB (tokens memory-mapped)"]
+    assert memory["unit"] == "MiB" and all(100 < peak < 4096 for peak in memory["runs"] + memory["baseline_runs"])
+    assert set(memory["work"]["corpus_mib"]) == {"1", "8"} and memory["work"]["corpus_mib"]["8"] > 7
+    throughput = rows["data_memory: throughput with the tokens memory-mapped, 8 MB of text"]
+    assert throughput["unit"] == "tokens/s" and throughput["ratio"] > 0 and "int64 blocks" in throughput["note"]
+    assert completed.stdout.count("peak RssAnon") >= 4  # both sides, both corpora
 
 
 @pytest.mark.skipif(GPU_VISIBLE, reason="a GPU is visible: the check would really run")

@@ -116,6 +116,7 @@ def test_a_retry_and_a_repair_resume_their_own_run_and_end_as_an_uninterrupted_o
     assert [attempt.state for attempt in retried.attempts] == ["FAILED", SUCCESS], retried.report()
     metrics = metrics_of(platform, engine, retried)
     assert resumed_mid_run(metrics), metrics["resumed_from_step"]
+    assert "using the data staged at" in retried.attempts[1].output  # staged once: the retry stages nothing
     assert metrics["held_out_loss"] == pytest.approx(reference["held_out_loss"], rel=1e-5)
 
     repaired = platform.run_job(f"train_{engine}", KILLED_EPOCHS,  # killed in the first attempt and in its retry
@@ -128,6 +129,7 @@ def test_a_retry_and_a_repair_resume_their_own_run_and_end_as_an_uninterrupted_o
     metrics = metrics_of(platform, engine, repaired)
     assert resumed_mid_run(metrics) and metrics["job_run_id"] == str(repaired.run_id)
     assert metrics["held_out_loss"] == pytest.approx(reference["held_out_loss"], rel=1e-5)
+    assert "using the data staged at" in repaired.latest("train").output
 
     again = platform.repair(repaired, tasks=["train"])  # rerun a task that finished: nothing to train or change
     assert again.latest("train").state == SUCCESS and "has finished already" in again.latest("train").output

@@ -17,7 +17,7 @@ import torch
 
 from distributed_training.task_interface import load_task
 from distributed_training.training import distributed, strategy as strategies
-from distributed_training.training.data import StagedData, read_shard
+from distributed_training.training.data import StagedData
 from distributed_training.training.loop import ShuffledBatches, evaluate, update
 
 SGD_LEARNING_RATE = 0.05
@@ -26,8 +26,7 @@ SGD_LEARNING_RATE = 0.05
 def rank_examples(config, rank: int, world_size: int, split: str = "train") -> tuple:
     data = StagedData.load(config.staging_dir)
     task = load_task(config.task)
-    directory = data.train_dir if split == "train" else data.test_dir
-    return task.examples(read_shard(directory, rank, world_size, require_rows=split == "train"), data.stats,
+    return task.examples(data.shard(split, rank, world_size, require_rows=split == "train"), data.stats,
                          config.task_options)
 
 

@@ -14,7 +14,6 @@ from distributed_training.files import write_atomically
 from distributed_training.staging import stage
 from distributed_training.task_interface import load_task
 from distributed_training.training import distributed
-from distributed_training.training.data import read_shard
 from distributed_training.training import loop
 from distributed_training.training.checkpoints import Checkpoints, complete_steps, tag_of
 from distributed_training.training.loop import NonFiniteLoss, ShuffledBatches, adamw, train, warmup_then_cosine
@@ -66,7 +65,7 @@ def test_an_update_s_gradient_is_the_mean_over_every_item_of_its_window(spark, t
     examples (fare) or tokens (the LM's `count`), not the mean of the micro-batches' means."""
     config, data = staged(spark, resolved_config(tmp_path, task_name, processes=1), world_size=1, rows=400)
     task = load_task(task_name)
-    examples = task.examples(read_shard(data.train_dir, 0, 1), data.stats, config.task_options)
+    examples = task.examples(data.shard("train", 0, 1), data.stats, config.task_options)
     starts = [sum(sizes[:index]) for index in range(len(sizes))]
     window = [tuple(tensor[start:start + size] for tensor in examples) for start, size in zip(starts, sizes)]
     torch.manual_seed(0)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import torch
@@ -88,17 +89,20 @@ def test_the_fare_baseline_is_predicting_the_training_mean(spark):
 def test_the_language_model_baseline_is_the_unigram_model_on_the_same_tokens(spark):
     task = load_task(LANGUAGE)
     rows, stats = rows_of(spark, task)
-    (blocks,) = task.examples(rows, stats, task.Options())
+    stream = task.tokenize(rows.to_pandas(), task.Options())
+    (blocks,) = task.examples(stream, stats, task.Options())
     context = task.PRESETS["tiny"][3]
-    assert blocks.shape[1] == context + 1 and blocks.dtype == torch.int64
-    stream = task.encode(rows.column("text").to_pylist())
-    assert torch.equal(blocks.flatten(), torch.from_numpy(stream[:blocks.numel()]))  # the documents, in order
+    assert blocks.shape[1] == context + 1 and blocks.dtype == torch.uint16 and stream.dtype == np.uint16
+    assert np.shares_memory(blocks.numpy(), stream)  # cut without a copy
+    texts = rows.column("text").to_pylist()
+    assert bytes(stream[:len(texts[0].encode())].astype(np.uint8)) == texts[0].encode()  # the documents, in order
     assert (stream == task.END_OF_TEXT).sum() == rows.num_rows and stream.max() == task.END_OF_TEXT
+    assert len(stream) == sum(len(text.encode()) + 1 for text in texts)
 
     model = task.build_model(stats, task.Options())
     metrics = task.summarize(task.evaluate(model, (blocks,), stats), stats)
     counts = torch.tensor(stats["token_counts"], dtype=torch.float64) + 1
-    by_hand = -(counts / counts.sum()).log()[blocks[:, 1:]].mean()
+    by_hand = -(counts / counts.sum()).log()[blocks[:, 1:].long()].mean()
     assert metrics["baseline_loss"] == pytest.approx(float(by_hand), rel=1e-6)
     assert metrics["held_out_loss"] == pytest.approx(math.log(task.VOCAB_SIZE), rel=0.05)  # an untrained model
     exported, example = task.exported_model(model, stats, (blocks,))
@@ -108,8 +112,8 @@ def test_the_language_model_baseline_is_the_unigram_model_on_the_same_tokens(spa
 def test_too_little_text_for_one_block_says_what_to_do():
     task = load_task(LANGUAGE)
     with pytest.raises(ValueError, match="fewer than one block of 65.*smaller --model-size"):
-        task.examples(pa.table({"text": ["a few words"]}), {}, task.Options())
-    (blocks,) = task.examples(pa.table({"text": pa.array([], pa.string())}), {}, task.Options())
+        task.examples(task.tokenize({"text": ["a few words"]}, task.Options()), {}, task.Options())
+    (blocks,) = task.examples(task.tokenize({"text": []}, task.Options()), {}, task.Options())
     assert blocks.shape == (0, 65)  # a rank's empty held-out share
 
 

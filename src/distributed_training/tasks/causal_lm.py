@@ -133,8 +133,9 @@ def statistics(train, options: Options) -> dict:
 
 # ---------------------------------------------------------------- torch side: the model, its loss and its scores
 
-def encode(texts):
-    """Documents as one stream of token ids: each document's UTF-8 bytes, then END_OF_TEXT."""
+def tokenize(rows, options: Options):
+    """The documents of a batch of prepared rows (pandas) as one stream of token ids: each document's UTF-8 bytes,
+    then END_OF_TEXT; uint16, as the vocabulary fits. Staging runs it on the executors, once."""
     import numpy as np
 
     # 0xFF never occurs in UTF-8, so it stands in for END_OF_TEXT while the documents are joined as bytes
@@ -144,11 +145,11 @@ def encode(texts):
     return tokens
 
 
-def examples(rows, stats: dict, options: Options) -> tuple:
-    """(blocks,): the documents' tokens cut into blocks of context + 1 (the inputs and, one along, the targets);
-    the tokens after the last whole block are left out. No rows (a rank's empty held-out share) make no blocks."""
+def examples(tokens, stats: dict, options: Options) -> tuple:
+    """(blocks,): this rank's token ids (memory-mapped) cut into blocks of context + 1 (the inputs and, one along,
+    the targets), without a copy; the tokens after the last whole block are left out. No tokens (a rank's empty
+    held-out share) make no blocks."""
     block_size = PRESETS[options.model_size][3] + 1
-    tokens = encode(rows.column("text").to_pylist())
     if 0 < len(tokens) < block_size:
         raise ValueError(f"these rows hold {len(tokens)} tokens, fewer than one block of {block_size} for "
                          f"--model-size {options.model_size}: train on more rows or pick a smaller --model-size")
@@ -222,7 +223,7 @@ def build_model(stats: dict, options: Options):
 
 def loss(model, batch):
     """The mean cross-entropy of every next token, in float32 whatever precision the forward ran in."""
-    (blocks,) = batch
+    blocks = batch[0].long()  # staged as uint16
     logits = model(blocks[:, :-1]).float()
     return F.cross_entropy(logits.flatten(0, 1), blocks[:, 1:].flatten())
 
@@ -249,7 +250,7 @@ def unigram_log_probabilities(stats: dict):
 
 def evaluate(model, batch, stats: dict) -> dict:
     """Summed negative log-likelihoods (nats) of the model and the unigram model on the same target tokens."""
-    (blocks,) = batch
+    blocks = batch[0].long()
     targets = blocks[:, 1:]
     logits = model(blocks[:, :-1]).float()
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
@@ -271,7 +272,7 @@ def exported_model(model, stats: dict, batch) -> tuple:
     """What MLflow logs: token ids in, next-token logits out; two held-out sequences of 16 tokens as its input
     example (end-of-text tokens where this rank has none)."""
     (blocks,) = batch
-    tokens = blocks[0, :32] if len(blocks) else torch.full((32,), END_OF_TEXT)
+    tokens = blocks[0, :32].long() if len(blocks) else torch.full((32,), END_OF_TEXT)
     return model.eval(), tokens.reshape(2, 16).cpu().numpy()
 
 

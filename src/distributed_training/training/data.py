@@ -1,19 +1,24 @@
 """Staged data as the ranks see it: parquet files on a shared folder, and the manifest that describes them.
 
 Spark writes the task's prepared rows once (`staging`), one file per process for each split; every rank then reads
-only its own files, with pyarrow. Nothing here needs Spark or torch: the serverless stage task writes the manifest
-without torch, and torchrun's processes read the files without Spark.
+only its own files, with pyarrow. Token ids (a task that defines `tokenize`) a rank copies once to its node's local
+disk and memory-maps: its own memory does not grow with the corpus. Nothing here needs Spark or torch: the serverless stage task writes the
+manifest without torch, and torchrun's processes read the files without Spark.
 """
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+import tempfile
+from dataclasses import asdict, dataclass, field
 
-from ..files import write_json
+from ..files import write_atomically, write_json
 
 MANIFEST = "manifest.json"
+LOCAL_DISK = "/local_disk0/tmp"  # a Databricks node's local SSD; elsewhere, the system's temporary folder
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,9 @@ class StagedData:
     test_rows: int
     files_per_split: int  # the number of processes it was staged for
     stats: dict
+    recipe: dict = field(default_factory=dict)  # what decides the rows: task, its options, seed, source's fingerprint
+    token_dtype: str | None = None  # e.g. "uint16": the splits hold token ids (a task that tokenizes); None: rows
+    staging_id: str = ""  # new at every staging: names the ranks' local copies of the tokens
 
     @property
     def train_dir(self) -> str:
@@ -52,6 +60,16 @@ class StagedData:
             raise ValueError(f"{path} is damaged ({error}): stage the data again") from None
         return cls(directory=directory, **content)
 
+    def shard(self, split: str, rank: int, world_size: int, require_rows: bool = True):
+        """This rank's share of a split ("train" or "test") as the task's `examples` takes it: a pyarrow Table of
+        rows, or, for a task that tokenizes, a memory-mapped 1-D array of token ids."""
+        directory = os.path.join(self.directory, split)
+        if self.token_dtype is None:
+            return read_shard(directory, rank, world_size, require_rows)
+        name = f"{self.staging_id}-{split}-rank{rank}-of-{world_size}.{self.token_dtype}"
+        return mapped_tokens(directory, rank, world_size, self.token_dtype, require_rows,
+                             os.path.join(local_cache(self.directory), name))
+
 
 def parquet_files(directory: str) -> list[str]:
     """The data files Spark wrote into `directory`, in a stable order (every rank must list the same)."""
@@ -68,17 +86,53 @@ def files_for_rank(files: list[str], rank: int, world_size: int) -> list[str]:
     return files[rank::world_size]
 
 
-def read_shard(directory: str, rank: int, world_size: int, require_rows: bool = True):
-    """This rank's rows of one split, as one pyarrow Table (its files read in parallel)."""
-    import pyarrow.parquet as pq
-
+def rank_files(directory: str, rank: int, world_size: int, require_rows: bool) -> tuple[list[str], list[str]]:
+    """(every file of the split, this rank's share of them)."""
     files = parquet_files(directory)
     if not files:
         raise FileNotFoundError(f"{directory} holds no parquet files: stage the data again")
     if require_rows and len(files) < world_size:
         raise ValueError(f"{directory} holds {len(files)} parquet file(s) for {world_size} processes, so some would "
                          f"get no data: stage it again for {world_size} processes")
-    mine = files_for_rank(files, rank, world_size)
+    return files, files_for_rank(files, rank, world_size)
+
+
+def read_shard(directory: str, rank: int, world_size: int, require_rows: bool = True):
+    """This rank's rows of one split, as one pyarrow Table (its files read in parallel)."""
+    import pyarrow.parquet as pq
+
+    files, mine = rank_files(directory, rank, world_size, require_rows)
     if not mine:
         return pq.read_schema(files[0]).empty_table()
     return pq.read_table(mine, use_threads=True)
+
+
+def local_cache(staged_directory: str) -> str:
+    """The node-local folder for the ranks' copies of one staging folder's tokens."""
+    root = LOCAL_DISK if os.access(os.path.dirname(LOCAL_DISK), os.W_OK) else tempfile.gettempdir()
+    return os.path.join(root, "distributed-training-tokens", hashlib.sha256(staged_directory.encode()).hexdigest()[:16])
+
+
+def mapped_tokens(directory: str, rank: int, world_size: int, dtype: str, require_rows: bool, local_copy: str):
+    """This rank's token ids, memory-mapped from `local_copy`, written first if absent (copies of earlier stagings
+    go): the rank's files' token streams, one after the other, read a few rows at a time."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    if not os.path.exists(local_copy):
+        _, mine = rank_files(directory, rank, world_size, require_rows)
+
+        def copy(file) -> None:
+            for path in mine:
+                staged = pq.ParquetFile(path, memory_map=True, buffer_size=1 << 20)
+                for batch in staged.iter_batches(batch_size=16, columns=["tokens"], use_threads=False):
+                    for stream in batch.column(0):
+                        file.write(stream.as_buffer())
+
+        stem = os.path.basename(local_copy).split("-", 1)[1]
+        for earlier in glob.glob(os.path.join(os.path.dirname(local_copy), f"*-{stem}")):
+            os.unlink(earlier)
+        write_atomically(local_copy, copy)
+    if os.path.getsize(local_copy) == 0:  # an empty file cannot be mapped
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(local_copy, dtype=dtype, mode="c")  # copy-on-write: writable for torch, never written

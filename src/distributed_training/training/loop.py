@@ -30,7 +30,7 @@ from ..files import write_json
 from ..task_interface import check_metrics, load_task
 from . import distributed, strategy as strategies
 from .checkpoints import Checkpoints, complete_steps, named_checkpoint, options_identity
-from .data import StagedData, read_shard
+from .data import StagedData
 from .deepspeed_config import deepspeed_config, offload_of
 from .throughput import StepMeter
 from .tracking import Tracker
@@ -61,12 +61,12 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP and DeepSpeed broadcast anyway)
 
     # This rank's examples; every rank takes the same number of steps, so every share is cut to the smallest.
-    train_examples = task.examples(read_shard(data.train_dir, process.rank, process.world_size), data.stats, options)
+    train_examples = task.examples(data.shard("train", process.rank, process.world_size), data.stats, options)
     per_rank = distributed.min_over_ranks(process, len(train_examples[0]))
     if per_rank == 0:
         raise ValueError(f"a rank got no training examples from {data.train_dir}: stage a larger table")
     train_examples = tuple(tensor[:per_rank] for tensor in train_examples)
-    held_out = task.examples(read_shard(data.test_dir, process.rank, process.world_size, require_rows=False),
+    held_out = task.examples(data.shard("test", process.rank, process.world_size, require_rows=False),
                              data.stats, options)
     batches = ShuffledBatches(train_examples, config.batch_size, seed=config.seed + process.rank)
     plan = Plan.of(config, len(batches), per_rank)
@@ -369,7 +369,8 @@ class ShuffledBatches:
 
     def batches(self, first: int, end: int):
         """The epoch's batches `first` to `end` (exclusive), in its order."""
-        order = torch.randperm(len(self.examples[0]), generator=self.generator)
+        # int32: half the memory of the default int64, the same order (a rank's memory hardly grows with its data)
+        order = torch.randperm(len(self.examples[0]), generator=self.generator, dtype=torch.int32)
         for start in range(first * self.batch_size, min(end * self.batch_size, len(order)), self.batch_size):
             chosen = order[start:start + self.batch_size]
             yield tuple(tensor[chosen] for tensor in self.examples)

@@ -1,0 +1,132 @@
+"""Staged once, trained many times: a rerun of the run uses its staged data (Spark runs no job for it), a changed
+source is staged again, or refused where checkpoints were trained on the old data; the language task's tokens are
+staged as uint16 ids, and each rank maps its share from one local copy."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from distributed_training.staging import TableError, read_table, stage
+from distributed_training.task_interface import load_task
+from distributed_training.training.data import MANIFEST, StagedData
+
+from support.runs import FARE, LANGUAGE, resolved_config
+
+
+def write_sample(spark, task_name: str, path, rows: int, seed: int = 0) -> str:
+    load_task(task_name).sample_table(spark, seed).limit(rows).coalesce(1).write.mode("overwrite").parquet(str(path))
+    return str(path)
+
+
+def staged_files(config) -> dict[str, float]:
+    found = {}
+    for folder, _, names in os.walk(config.staging_dir):
+        for name in names:
+            found[os.path.join(folder, name)] = os.stat(os.path.join(folder, name)).st_mtime_ns
+    return found
+
+
+def spark_jobs_of(spark, run) -> tuple[object, int]:
+    """What run() returns, and how many Spark jobs it started."""
+    context = spark.sparkContext
+    group = f"staging-{os.urandom(4).hex()}"
+    context.setJobGroup(group, "counted")
+    try:
+        result = run()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    return result, len(context.statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_rerun_uses_the_data_it_staged_and_spark_stages_nothing(spark, tmp_path, capsys):
+    config = resolved_config(tmp_path / "run", FARE)
+    config = dataclasses.replace(config, table=write_sample(spark, FARE, tmp_path / "table", 400))
+    first, jobs = spark_jobs_of(spark, lambda: stage(spark, load_task(FARE), config, 2))
+    assert jobs > 0 and first.recipe["fingerprint"]["of"].startswith("1 file(s), ")
+    files = staged_files(config)
+
+    _, reading = spark_jobs_of(spark, lambda: read_table(spark, config.table, "unused"))  # the schema's footer
+    again, jobs = spark_jobs_of(spark, lambda: stage(spark, load_task(FARE), config, 2))
+    assert jobs == reading < 3, "the rerun staged again"
+    assert again == first and staged_files(config) == files
+    assert f"using the data staged at {config.staging_dir}" in capsys.readouterr().out
+
+    # Another number of processes, or another seed, is a different staging of the same table
+    other, jobs = spark_jobs_of(spark, lambda: stage(spark, load_task(FARE), config, 3))
+    assert jobs > 0 and other.files_per_split == 3 and other.staging_id != first.staging_id
+
+
+def test_a_changed_table_is_staged_again(spark, tmp_path):
+    config = resolved_config(tmp_path / "run", FARE)
+    config = dataclasses.replace(config, table=write_sample(spark, FARE, tmp_path / "table", 400))
+    first = stage(spark, load_task(FARE), config, 2)
+    write_sample(spark, FARE, tmp_path / "table", 300)
+    second = stage(spark, load_task(FARE), config, 2)
+    assert second.recipe["fingerprint"] != first.recipe["fingerprint"]
+    assert second.train_rows + second.test_rows < first.train_rows + first.test_rows
+    assert StagedData.load(config.staging_dir) == second
+
+
+def test_a_changed_table_refuses_to_resume_what_was_trained_on_the_old_data(spark, tmp_path):
+    config = resolved_config(tmp_path / "run", FARE)
+    config = dataclasses.replace(config, table=write_sample(spark, FARE, tmp_path / "table", 400))
+    first = stage(spark, load_task(FARE), config, 2)
+    checkpoint = os.path.join(config.checkpoint_dir, "step-00000004")
+    os.makedirs(checkpoint)
+    open(os.path.join(checkpoint, "complete.json"), "w").write("{}")
+    write_sample(spark, FARE, tmp_path / "table", 300)
+
+    with pytest.raises(TableError, match=r"changed since this run staged it \(1 file\(s\), [\d,]+ bytes, listing "
+                                         r"\w+ then, .* now\).*Start a new run.*--no-resume"):
+        stage(spark, load_task(FARE), config, 2)
+    assert StagedData.load(config.staging_dir) == first  # refused before anything was touched
+
+    restaged = stage(spark, load_task(FARE), dataclasses.replace(config, resume=False), 2)
+    assert restaged.staging_id != first.staging_id
+
+
+def test_a_half_done_staging_leaves_no_manifest_to_trust(spark, tmp_path):
+    config = resolved_config(tmp_path / "run", FARE)
+    config = dataclasses.replace(config, table=write_sample(spark, FARE, tmp_path / "table", 400))
+    stage(spark, load_task(FARE), config, 2)
+    write_sample(spark, FARE, tmp_path / "table", 300)
+
+    class Broken:  # the task fails halfway: after the old manifest is gone, before a new one is written
+        def __getattr__(self, name):
+            return getattr(load_task(FARE), name)
+
+        def statistics(self, train, options):
+            raise RuntimeError("the executors were lost")
+
+    with pytest.raises(RuntimeError, match="executors were lost"):
+        stage(spark, Broken(), config, 2)
+    assert not os.path.exists(os.path.join(config.staging_dir, MANIFEST))
+
+
+def test_the_language_task_stages_uint16_tokens_and_each_rank_maps_one_local_copy(spark, tmp_path):
+    config = resolved_config(tmp_path / "run", LANGUAGE)
+    config = dataclasses.replace(config, table=write_sample(spark, LANGUAGE, tmp_path / "table", 600))
+    data = stage(spark, load_task(LANGUAGE), config, 2)
+    assert data.token_dtype == "uint16"
+
+    shares = [data.shard("train", rank, 2) for rank in range(2)]
+    assert all(isinstance(share, np.memmap) and share.dtype == np.uint16 and len(share) > 0 for share in shares)
+    # Every token of the split once: the documents' bytes and one end-of-text token each, as `statistics` counts them
+    assert sum(len(share) for share in shares) == data.stats["tokens"]
+    counts = np.bincount(np.concatenate(shares), minlength=257)
+    assert counts.tolist() == data.stats["token_counts"]
+    copy = shares[0].filename
+    made = os.stat(copy).st_mtime_ns
+    again = data.shard("train", 0, 2)
+    assert again.filename == copy and os.stat(copy).st_mtime_ns == made and np.array_equal(again, shares[0])
+
+    # A new staging's copies replace the old ones on the node
+    write_sample(spark, LANGUAGE, tmp_path / "table", 500)
+    restaged = stage(spark, load_task(LANGUAGE), config, 2)
+    fresh = restaged.shard("train", 0, 2)
+    assert fresh.filename != copy and not os.path.exists(copy)
+    assert len(restaged.shard("test", 1, 2, require_rows=False)) > 0
