@@ -1,8 +1,8 @@
 """The GPU check: the causal-LM task at GPT-2 small's shape, trained by the project's loop under torchrun on every
-GPU of this machine, in bf16; its tokens per second and MFU against the GPU's dense peak, where the step's time
-goes, and DDP against DeepSpeed ZeRO-2 where there are two GPUs or more. `bash benchmarks/gpu_check.sh` runs it.
+GPU of this machine, in bf16, by DDP, FSDP2 and DeepSpeed ZeRO-2, each without and with --compile: their tokens per
+second and MFU against the GPU's dense peak, and where DDP's step's time goes. `bash benchmarks/gpu_check.sh` runs it.
 
-    python -m benchmarks.gpu_check [--dry-run] [--out DIR] [--batch-size B] [--steps S] [--epochs E]
+    python -m benchmarks.gpu_check [--dry-run] [--out DIR] [--batch-size B] [--steps S] [--epochs E] [--only RUN...]
 
 The data is synthetic text staged with pyarrow in the shape Spark stages it (no Spark on the GPU machine); the run
 is what `python -m distributed_training.engines.torchrun --config FILE` does on a serverless GPU node. Without a GPU
@@ -34,8 +34,10 @@ TASK = "distributed_training.tasks.causal_lm"
 MFU_TARGET = 0.45  # GPT-2 small through the loop on one H200 (issue 16)
 LEARNING_RATE = 6e-4  # GPT-2 small's; the loop's default suits the tiny model
 BREAKDOWN_STEPS = 30
-# A guess, for the dry run's estimate only: a launch's imports, process group, data, model and final checkpoint.
+# Guesses, for the dry run's estimate only: a launch's imports, process group, data, model and final checkpoint; and
+# what --compile adds to a run (inductor compiles the training step, a short last batch's and the evaluation's).
 STARTUP_SECONDS_PER_LAUNCH = 45
+COMPILE_SECONDS_PER_RUN = 60
 ASSUMED_MFU = 0.35  # for the estimate of the training time only
 TEST_DOCUMENTS_PER_PROCESS = 200
 
@@ -50,6 +52,24 @@ class Machine:
     @property
     def on_gpu(self) -> bool:
         return self.device_name != "cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One training run of the comparison: a strategy, compiled or not."""
+
+    name: str  # its folder, and its key in result.json
+    label: str
+    engine: str
+    parallelism: str | None  # --parallelism (FSDP2), where the strategy is not the engine's default
+    compiled: bool
+
+
+RUNS = tuple(Run(name + "-compiled" * compiled, label + " + torch.compile" * compiled, engine, parallelism, compiled)
+             for name, label, engine, parallelism in (("ddp", "DDP", "torch_distributor", None),
+                                                      ("zero2", "DeepSpeed ZeRO-2", "deepspeed", None),
+                                                      ("fsdp2", "FSDP2", "torch_distributor", "fsdp2"))
+             for compiled in (False, True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,13 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join("build", "gpu-check"), help="results (default build/gpu-check)")
     parser.add_argument("--model-size", default="gpt2-small", help="the causal_lm preset (default gpt2-small)")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per GPU per step (default 32)")
-    parser.add_argument("--steps", type=int, default=50, help="steps per epoch (default 50)")
-    parser.add_argument("--epochs", type=int, default=3, help="epochs; the first is warm-up (default 3)")
+    parser.add_argument("--steps", type=int, default=30, help="steps per epoch (default 30)")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs; the first is warm-up (default 2)")
     parser.add_argument("--peak-tflops", type=float, help="the GPU's dense peak, where the lookup has none")
     parser.add_argument("--time-limit", type=float, default=450, help="seconds for everything (default 450)")
     parser.add_argument("--gpus", type=int, help="plan for this many GPUs (a dry run)")
     parser.add_argument("--device-name", help="plan for this GPU, as nvidia-smi names it (a dry run)")
     parser.add_argument("--cpu-processes", type=int, help="run on this many CPU processes instead (tests)")
+    parser.add_argument("--only", nargs="+", choices=[run.name for run in RUNS], help="these runs alone (default all; "
+                        "DDP's breakdown of a step comes with ddp)")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.time_limit
 
@@ -155,28 +177,53 @@ def _print_plan(args, machine: Machine, model: Model) -> None:
               f"Known: {', '.join(sorted({known.model for known in PEAKS.values()}))}")
     print(f"data: synthetic TPC-H comments, {args.steps} steps x {args.batch_size} sequences a process an epoch, "
           f"{args.epochs} epochs (the first is warm-up and left out of the figures)")
+    runs = _runs(args)
+    print("runs, in this order (each the loop under torchrun, from the config.json written for it):")
+    for run in runs:
+        options = [f"--engine {run.engine}", f"--parallelism {run.parallelism}" if run.parallelism else "",
+                   "--compile" if run.compiled else ""]
+        skipped = _unavailable(run, machine)
+        print(f"  {run.name}: {run.label} ({' '.join(filter(None, options))})" + (f": {skipped}" if skipped else ""))
     print("commands:")
     for command in _commands(args, machine):
         print("  + " + " ".join(command))
     if machine.processes < 2:
         print("  (one process: DDP and ZeRO-2 communicate nothing, no gradients to average and no shards to gather, "
-              "so they are not compared; that needs 2 GPUs or more)")
-    launches, loop_runs = len(_commands(args, machine)), 2 if machine.processes >= 2 else 1
+              "so they differ here by their own overhead alone; communication, and FSDP2, need 2 GPUs or more)")
+    done = [run for run in runs if not _unavailable(run, machine)]
+    launches, compiled = len(_commands(args, machine)), sum(run.compiled for run in done)
     if peak:
-        training = loop_runs * args.epochs * args.steps * model.flops_per_token * tokens_per_step / (
+        training = len(done) * args.epochs * args.steps * model.flops_per_token * tokens_per_step / (
             machine.processes * peak * 1e12 * ASSUMED_MFU)
-        print(f"expected: about {(launches * STARTUP_SECONDS_PER_LAUNCH + training) / 60:.1f} min "
-              f"({launches} launches x ~{STARTUP_SECONDS_PER_LAUNCH} s of start-up and checkpoint, plus "
-              f"{training:.0f} s of training at an assumed {ASSUMED_MFU:.0%} MFU); stops at {args.time_limit:.0f} s")
+        seconds = launches * STARTUP_SECONDS_PER_LAUNCH + compiled * COMPILE_SECONDS_PER_RUN + training
+        print(f"expected: about {seconds / 60:.1f} min ({launches} launches x ~{STARTUP_SECONDS_PER_LAUNCH} s of "
+              f"start-up and checkpoint, {compiled} compiled runs x ~{COMPILE_SECONDS_PER_RUN} s of compiling, plus "
+              f"{training:.0f} s of training at an assumed {ASSUMED_MFU:.0%} MFU); stops at {args.time_limit:.0f} s"
+              f"{', skipping the runs left then' if seconds > args.time_limit else ''}")
     else:
         print(f"expected: no estimate without a peak; stops at {args.time_limit:.0f} s")
 
 
+def _runs(args) -> list[Run]:
+    return [run for run in RUNS if not args.only or run.name in args.only]
+
+
+def _unavailable(run: Run, machine: Machine) -> str | None:
+    """Why the run is not done on this machine, or None."""
+    if run.parallelism and machine.processes < 2:
+        return "skipped: one process trains the model as it is under --parallelism fsdp2, as the DDP run does"
+    if run.engine == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        return "skipped: deepspeed is not importable here"
+    return None
+
+
 def _commands(args, machine: Machine) -> list[list[str]]:
+    """The runs' launches, then the breakdown of a DDP step (last: the comparison comes first)."""
     out = Path(args.out)
-    commands = [_loop_command(out / "ddp"), _breakdown_command(out / "ddp", machine)]
-    if machine.processes >= 2:
-        commands.append(_loop_command(out / "zero2"))
+    runs = [run for run in _runs(args) if not _unavailable(run, machine)]
+    commands = [_loop_command(out / run.name) for run in runs]
+    if any(run.name == "ddp" for run in runs):
+        commands.append(_breakdown_command(out / "ddp", machine))
     return commands
 
 
@@ -210,32 +257,31 @@ def _check(args, machine: Machine, model: Model, deadline: float) -> int:
               "mfu_target": MFU_TARGET}
     print("== staging synthetic text (pyarrow, no Spark) ==", flush=True)
     _stage(out / "staging", args, machine, model)
-    strategies = {"ddp": "torch_distributor", **({"zero2": "deepspeed"} if machine.processes >= 2 else {})}
-    for name, engine in strategies.items():
-        _write_config(out / name, engine, args, machine, out / "staging")
-    try:
-        result["ddp"] = _loop_run(out / "ddp", "DDP", args, machine, model, deadline)
-        _write(out, result)
-        _run("where the time goes", _breakdown_command(out / "ddp", machine), deadline)
-        result["breakdown"] = json.loads((out / "ddp" / "breakdown.json").read_text())
-        _print_breakdown(result)
-        if "zero2" in strategies:
-            if importlib.util.find_spec("deepspeed") is None:
-                result["zero2"] = "skipped: deepspeed is not importable here"
-            else:
-                result["zero2"] = _loop_run(out / "zero2", "DeepSpeed ZeRO-2", args, machine, model, deadline)
-                ratio = result["zero2"]["tokens_per_second"] / result["ddp"]["tokens_per_second"]
-                result["zero2_over_ddp"] = ratio
-                print(f"ZeRO-2 / DDP tokens/s: {ratio:.2f} over {machine.processes} GPUs")
+    runs = []
+    for run in _runs(args):
+        if _unavailable(run, machine):
+            result[run.name] = _unavailable(run, machine)
         else:
-            result["zero2"] = "not compared: one process communicates nothing"
+            _write_config(out / run.name, run, args, machine, out / "staging")
+            runs.append(run)
+    failed = False
+    try:
+        for run in runs:
+            try:
+                result[run.name] = _loop_run(out / run.name, run.label, args, machine, model, deadline)
+            except subprocess.CalledProcessError as error:  # the other runs still have something to say
+                result[run.name], failed = f"failed: {error}", True
+            _write(out, result)
+        if isinstance(result.get("ddp"), dict):
+            _run("where the time goes", _breakdown_command(out / "ddp", machine), deadline)
+            result["breakdown"] = json.loads((out / "ddp" / "breakdown.json").read_text())
+            _print_breakdown(result)
     except (subprocess.TimeoutExpired, subprocess.CalledProcessError) as error:
-        result["error"] = str(error)
-        _write(out, result)
+        result["error"], failed = str(error), True
         print(f"error: {error}", file=sys.stderr)
-        return 1
+    _print_comparison(result, _runs(args))
     _write(out, result)
-    return 0
+    return 1 if failed else 0
 
 
 def _stage(directory: Path, args, machine: Machine, model: Model) -> None:
@@ -252,17 +298,20 @@ def _stage(directory: Path, args, machine: Machine, model: Model) -> None:
     print(f"staged {staged.train_rows:,} training and {staged.test_rows:,} held-out documents in {directory}")
 
 
-def _write_config(run_dir: Path, engine: str, args, machine: Machine, staging: Path) -> None:
+def _write_config(run_dir: Path, run: Run, args, machine: Machine, staging: Path) -> None:
     from distributed_training.config import Config, to_json
     from distributed_training.tasks.causal_lm import Options
 
-    config = Config(engine=engine, task=TASK, local=not machine.on_gpu, table="synthetic", output_dir=str(run_dir),
+    config = Config(engine=run.engine, task=TASK, local=not machine.on_gpu, table="synthetic", output_dir=str(run_dir),
                     gpus_per_node=machine.processes if machine.on_gpu else 0,
                     processes=None if machine.on_gpu else machine.processes, precision=machine.precision,
                     epochs=args.epochs, batch_size=args.batch_size, learning_rate=LEARNING_RATE,
-                    log_every_steps=args.steps,  # one report an epoch: the run's figures leave the first out
-                    checkpoint_every=args.epochs, keep_checkpoints=1, resume=False, tracking=False,
-                    zero_stage=2 if engine == "deepspeed" else None, task_options=Options(model_size=args.model_size))
+                    # Figures settled at the epochs' ends alone: the run's leave the first epoch out, and with it
+                    # the compiling (the epoch's short last batch is compiled again, for a dynamic batch size).
+                    log_every_steps=0, checkpoint_every=args.epochs, keep_checkpoints=1, resume=False, tracking=False,
+                    compile=run.compiled, zero_stage=2 if run.engine == "deepspeed" else None,
+                    task_options=Options(model_size=args.model_size),
+                    **({"parallelism": run.parallelism} if run.parallelism else {}))
     run_dir.mkdir(parents=True)
     (run_dir / "staging").symlink_to(staging.resolve())  # the loop reads OUTPUT_DIR/staging
     (run_dir / "config.json").write_text(json.dumps(to_json(config), indent=2))
@@ -286,6 +335,20 @@ def _loop_run(run_dir: Path, label: str, args, machine: Machine, model: Model, d
           f"{figures['achieved_tflops_per_process']:,.1f} TFLOP/s a process, {utilisation}; a step takes "
           f"{figures['step_seconds'] * 1000:.1f} ms", flush=True)
     return figures
+
+
+def _print_comparison(result: dict, runs: list[Run]) -> None:
+    """Every run's tokens/s and MFU (the epochs after the first), and its tokens/s over eager DDP's."""
+    print("== tokens/s and MFU, the epochs after the first ==")
+    ddp = result.get("ddp")
+    for run in runs:
+        figures = result.get(run.name, "not run: the time limit came first")
+        if isinstance(figures, dict):
+            utilisation = f"MFU {figures['mfu']:.1%}" if figures["mfu"] is not None else "MFU unknown (no peak)"
+            against = (f", {figures['tokens_per_second'] / ddp['tokens_per_second']:.2f} x DDP's"
+                       if isinstance(ddp, dict) else "")
+            figures = f"{figures['tokens_per_second']:,.0f} tokens/s, {utilisation}{against}"
+        print(f"  {run.label:<34} {figures}", flush=True)
 
 
 def _print_breakdown(result: dict) -> None:

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # The GPU check: the causal-LM task at GPT-2 small's shape, trained by the project's loop under torchrun on every GPU
 # of this machine in bf16 (fp16 on GPUs without it); tokens/s and MFU against the GPU's dense peak (looked up by its
-# exact name), where a step's time goes, and DDP against DeepSpeed ZeRO-2 when there are 2 GPUs or more. Results in
+# exact name) of DDP, FSDP2 and DeepSpeed ZeRO-2, each without and with --compile, and where a DDP step's time goes
+# (with one GPU they communicate nothing: the differences are their own overhead and the compiler's). Results in
 # $OUT/result.json. Installs nothing: its Python (PYTHON, else .venv/bin/python or python3, whichever sees a GPU) needs
-# torch with CUDA, numpy and pyarrow (deepspeed for the ZeRO-2 comparison); no Spark.
+# torch with CUDA, numpy, pyarrow and pyyaml (deepspeed for the ZeRO-2 comparison); no Spark.
 #
 #   bash benchmarks/gpu_check.sh             # runs; without a visible GPU, a dry run
 #   bash benchmarks/gpu_check.sh --dry-run   # prints the plan (commands, model, FLOP formula, peak), writes nothing
 #   bash benchmarks/gpu_check.sh --dry-run --device-name "NVIDIA H200" --gpus 1   # the plan for another machine
+#   bash benchmarks/gpu_check.sh --only ddp ddp-compiled                         # some of the runs
 #
-# Settings: OUT (build/gpu-check), BATCH_SIZE (32 sequences a GPU), STEPS (50 an epoch), EPOCHS (3, the first is
+# Settings: OUT (build/gpu-check), BATCH_SIZE (32 sequences a GPU), STEPS (30 an epoch), EPOCHS (2, the first is
 # warm-up), PEAK_TFLOPS (a GPU's dense peak where the lookup has none), TIME_LIMIT (450 s for everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 case "${1:-}" in
-  -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
 esac
 
 # The interpreter: PYTHON if set, else the first of .venv/bin/python and python3 whose torch sees a GPU (a carried
@@ -38,7 +40,7 @@ if [ -z "$python" ]; then
 fi
 missing=$("$python" -c "
 import importlib.util
-print(' '.join(name for name in ('numpy', 'pyarrow') if importlib.util.find_spec(name) is None))")
+print(' '.join(name for name in ('numpy', 'pyarrow', 'yaml') if importlib.util.find_spec(name) is None))")
 if [ -n "$missing" ]; then
   echo "error: $python lacks $missing; this check installs nothing (set PYTHON to an interpreter that has them)" >&2
   exit 1
@@ -46,8 +48,8 @@ fi
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 time_limit=${TIME_LIMIT:-450}
-options=(--out "${OUT:-build/gpu-check}" --batch-size "${BATCH_SIZE:-32}" --steps "${STEPS:-50}"
-         --epochs "${EPOCHS:-3}" --time-limit "$time_limit")
+options=(--out "${OUT:-build/gpu-check}" --batch-size "${BATCH_SIZE:-32}" --steps "${STEPS:-30}"
+         --epochs "${EPOCHS:-2}" --time-limit "$time_limit")
 if [ -n "${PEAK_TFLOPS:-}" ]; then options+=(--peak-tflops "$PEAK_TFLOPS"); fi
 
 if command -v nvidia-smi >/dev/null 2>&1; then

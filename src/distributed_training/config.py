@@ -26,6 +26,7 @@ TORCH_LOOP_ENGINES = ("torch_distributor", "deepspeed")  # what --handoff-to-tor
 DEEPSPEED_ENGINE, SPARK_ML_ENGINE = "deepspeed", "spark_ml_connect"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OFFLOADS = ("none", "optimizer", "optimizer+weights")
+PARALLELISMS = ("ddp", "fsdp2")
 INIT_MODES = ("weights", "full")
 SPARK_ML_APIS, SPARK_ML_MODELS = ("connect", "classic"), ("linear", "gbt", "random_forest")
 DEFAULT_LOCAL_PROCESSES = 2
@@ -67,8 +68,7 @@ def number(low: float, high: float, low_open: bool = False) -> Callable[[str], f
 
 
 def whole_numbers(text: str) -> tuple[int, ...]:
-    parts = [whole(1, 1_000_000)(part) for part in text.split(",")]
-    return tuple(parts)
+    return tuple(whole(1, 1_000_000)(part) for part in text.split(","))
 
 
 def json_file(text: str) -> dict:
@@ -130,6 +130,10 @@ class Config:
     precision: str = option("auto", "mixed precision (auto: bf16 on GPUs that have it, else fp16; fp32 on CPU)",
                             choices=PRECISIONS)
     grad_accumulation: int = option(1, "micro-batches per optimizer step", parse=whole(1, 100_000), metavar="K")
+    compile: bool = option(False, "compile the model with torch.compile (the first steps wait for the compiler; "
+                                  "on CPU it needs a C++ compiler)")
+    activation_checkpointing: bool = option(False, "recompute the task's blocks (its `blocks(model)`) in the "
+                                                   "backward pass: less memory, about a third more compute")
     seed: int = option(42, "seeds the split, the shuffles and the weights", parse=whole(0, 2 ** 31 - 1))
     collective_timeout: int = option(1800, "seconds a process waits for the others (to start, or in a collective) "
                                            "before the run stops with an error", parse=whole(10, 86_400),
@@ -164,6 +168,9 @@ class Config:
                                            metavar="NAME")
     register_model: str | None = option(None, "also register the trained model in Unity Catalog",
                                         metavar="CATALOG.SCHEMA.MODEL")
+    parallelism: str = option("ddp", "ddp (a whole model on each process) or fsdp2 (each holds a slice of every "
+                                     "weight, gradient and optimizer state: for a model whose training state does not "
+                                     "fit one GPU; one process trains the model as it is)", choices=PARALLELISMS)
     zero_stage: int | None = option(None, "DeepSpeed's ZeRO stage (default: from --deepspeed-config, else 2)",
                                     parse=whole(0, 3))
     offload: str | None = option(None, "DeepSpeed's CPU offload (default: from --deepspeed-config, else none)",
@@ -279,6 +286,9 @@ def check(config: Config) -> None:
     if config.processes and config.gpus_per_node:
         raise ConfigError(f"--processes {config.processes} and --gpus-per-node {config.gpus_per_node} both set the "
                           "number of processes: with GPUs there is one per GPU, so drop --processes")
+    if config.parallelism != "ddp" and config.engine in (DEEPSPEED_ENGINE, SPARK_ML_ENGINE):
+        raise ConfigError(f"--parallelism {config.parallelism} is for torch_distributor and ray, but the engine is "
+                          f"{config.engine}: use --engine torch_distributor (DeepSpeed: --zero-stage 3), or drop it")
     deepspeed = given("zero_stage", "offload", "deepspeed_config")
     if deepspeed and config.engine != DEEPSPEED_ENGINE:
         raise ConfigError(f"{', '.join(deepspeed)} configure DeepSpeed, but the engine is {config.engine}: use "
@@ -296,6 +306,9 @@ def check(config: Config) -> None:
     if config.register_model and not config.tracking:
         raise ConfigError("--register-model registers the model MLflow logs, but --no-tracking turns MLflow off: "
                           "drop one of them")
+    if config.activation_checkpointing and not hasattr(load_task(config.task), "blocks"):
+        raise ConfigError(f"--activation-checkpointing recomputes the task's blocks, but {config.task} names none: "
+                          "define blocks(model) there (see task_interface.py), or drop --activation-checkpointing")
     if config.handoff_to_torchrun and config.engine not in TORCH_LOOP_ENGINES:
         raise ConfigError(f"--handoff-to-torchrun hands the torch loop to torchrun, but {config.engine} does not "
                           f"train with it: use --engine {' or '.join(TORCH_LOOP_ENGINES)}")

@@ -29,6 +29,13 @@ Optional, for a task whose examples hold tokens (the causal LM defines both; the
                                           loop counts examples (rows of dimension 0) and reports examples/s.
     flops_per_token(model, options)       the model's training FLOPs per token (forward and backward), for MFU
 
+Optional, for a model of repeated blocks (the causal LM defines it; without it --activation-checkpointing is refused):
+    blocks(model)                         the submodules (a transformer's blocks) that --activation-checkpointing
+                                          recomputes in the backward pass and --compile compiles one by one
+    tokenize(rows, options)               (Spark side) a batch of prepared rows (pandas) as one 1-D numpy array of
+                                          token ids in the dtype to stage (uint16). Staging runs it on the executors,
+                                          once; `examples` then gets the rank's token ids, memory-mapped, not rows
+
 The loop owns everything else: the optimizer, the learning-rate schedule, gradient clipping, precision, data
 parallelism, checkpoints and MLflow.
 """

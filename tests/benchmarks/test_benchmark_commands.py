@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,11 @@ def test_without_a_gpu_the_gpu_check_prints_its_plan_and_writes_nothing(tmp_path
     assert "6 x N + 12 x n_layer x d_model x seq_len" in plan and "625.1 MFLOP per token" in plan
     assert "peak: unknown for 'unknown GPU'" in plan
     assert f"-m distributed_training.engines.torchrun --config {out}/ddp/config.json" in plan
-    assert "communicate nothing" in plan
+    for name in ("ddp-compiled", "zero2", "zero2-compiled"):  # each strategy without and with --compile
+        assert f"--config {out}/{name}/config.json" in plan
+    assert "zero2-compiled: DeepSpeed ZeRO-2 + torch.compile (--engine deepspeed --compile)" in plan
+    assert "fsdp2: FSDP2 (--engine torch_distributor --parallelism fsdp2): skipped: one process" in plan
+    assert "communicate nothing" in plan and f"{out}/fsdp2" not in plan
     assert not out.exists()
 
 
@@ -104,30 +109,38 @@ def test_the_gpu_check_plans_for_a_named_gpu_with_its_exact_peak(tmp_path):
               OUT=str(out))
     assert one.returncode == 0, output_of(one)
     assert "the H200 NVL: 835.0 TFLOP/s dense bf16" in one.stdout and "expected: about" in one.stdout
-    assert "zero2" not in one.stdout and "communicate nothing" in one.stdout
+    assert f"--config {out}/zero2-compiled/config.json" in one.stdout and "communicate nothing" in one.stdout
+    assert "2 compiled runs" in one.stdout and f"{out}/fsdp2" not in one.stdout
     eight = run(["bash", "benchmarks/gpu_check.sh", "--dry-run", "--device-name", "NVIDIA H100 80GB HBM3", "--gpus",
                  "8"], OUT=str(out))
     assert eight.returncode == 0, output_of(eight)
     assert "the H100 SXM: 989.4 TFLOP/s" in eight.stdout and "--nproc-per-node 8" in eight.stdout
-    assert f"--config {out}/zero2/config.json" in eight.stdout
+    for name in ("ddp", "ddp-compiled", "zero2", "zero2-compiled", "fsdp2", "fsdp2-compiled"):
+        assert f"--config {out}/{name}/config.json" in eight.stdout
+    assert "fsdp2-compiled: FSDP2 + torch.compile (--engine torch_distributor --parallelism fsdp2 --compile)\n" in \
+        eight.stdout and "3 compiled runs" in eight.stdout
     assert not out.exists()
 
 
 @pytest.mark.engine
+@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("clang++")),
+                    reason="torch.compile on CPU needs a C++ compiler (g++ or clang++) and none is here")
 def test_the_gpu_check_runs_its_steps_on_cpu_processes(tmp_path):
-    """Everything the GPU machine will run, on one CPU process and the tiny model: the staged text, the loop under
-    torchrun from the written config, the breakdown of a step, the result file."""
+    """Everything the GPU machine will run for DDP, on one CPU process and the tiny model: the staged text, the loop
+    under torchrun from the written config, eager and compiled, the breakdown of a step, the result file."""
     out = tmp_path / "gpu-check"
     completed = run([sys.executable, "-m", "benchmarks.gpu_check", "--cpu-processes", "1", "--model-size", "tiny",
-                     "--batch-size", "8", "--steps", "4", "--epochs", "2", "--out", str(out)],
-                    PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+                     "--batch-size", "8", "--steps", "4", "--epochs", "2", "--only", "ddp", "ddp-compiled", "--out",
+                     str(out)], PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     assert completed.returncode == 0, output_of(completed)
     result = json.loads((out / "result.json").read_text())
-    assert result["ddp"]["tokens_per_second"] > 0 and result["ddp"]["mfu"] is None
-    assert len(result["ddp"]["epoch_seconds"]) == 2
+    for name in ("ddp", "ddp-compiled"):
+        assert result[name]["tokens_per_second"] > 0 and result[name]["mfu"] is None
+        assert len(result[name]["epoch_seconds"]) == 2
+    assert json.loads((out / "ddp-compiled" / "config.json").read_text())["compile"] is True
     assert set(result["breakdown"]["seconds_per_step"]) == {"data", "forward+backward", "optimizer"}
-    assert result["zero2"].startswith("not compared")
-    assert "where a step's time goes" in completed.stdout
+    assert "zero2" not in result  # not asked for
+    assert "where a step's time goes" in completed.stdout and "DDP + torch.compile " in completed.stdout
 
 
 def test_the_gpu_check_refuses_to_empty_a_folder_it_did_not_write(tmp_path):

@@ -2,8 +2,9 @@
 process does on the union of their micro-batches (fp32, with and without gradient accumulation), with SGD at a
 constant rate and no clipping, so that a constant factor on the gradient (a loss scaled twice, or not at all, by the
 window or the ranks) fails; their weights stay identical; DDP reduces once per update, not once per micro-batch;
-DeepSpeed ZeRO 2 takes the same updates as DDP, stepping at the same accumulation boundary; two ranks' held-out
-metrics are one process's over the same examples; and the ranks' shards of the staged data are disjoint and cover it."""
+DeepSpeed ZeRO 2 takes the same updates as DDP, stepping at the same accumulation boundary; FSDP2 takes the same
+updates as DDP, clipping included, and reduce-scatters once per update; two ranks' held-out metrics are one process's
+over the same examples; and the ranks' shards of the staged data are disjoint and cover it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.engine
 
 WORLD, STEPS = 2, 6
 TOLERANCE = 1e-6
+CLIP = 0.5  # below the gradients' norm in these runs' first updates: clipping scales them
 
 
 def free_port() -> int:
@@ -128,3 +130,26 @@ def test_deepspeed_zero_2_takes_the_steps_ddp_takes(staged_task, ddp_ranks, tmp_
     assert largest_difference(by_zero[0]["weights"], by_ddp[0]["weights"]) < TOLERANCE
     # DeepSpeed's own accumulation boundary is the loop's window: it stepped once per window
     assert [rank["deepspeed_updates"] for rank in by_zero] == [STEPS // accumulation] * WORLD
+
+
+def test_fsdp2_takes_the_steps_ddp_takes_with_clipping_and_reduces_once_per_update(staged_task, tmp_path):
+    """Accumulation 2, clipping on: the same weights as DDP and the same gradient norms (a plain number, not FSDP2's
+    DTensor); each FSDP2 unit (each of the LM's blocks, and the root) reduce-scatters its gradients once per update,
+    not once per micro-batch."""
+    config, _, per_rank = staged_task
+    config = dataclasses.replace(config, grad_accumulation=2, grad_clip=CLIP)
+    (tmp_path / "ddp").mkdir(), (tmp_path / "fsdp2").mkdir()
+    by_ddp = two_ranks(config, per_rank, tmp_path / "ddp")
+    by_fsdp = two_ranks(dataclasses.replace(config, parallelism="fsdp2"), per_rank, tmp_path / "fsdp2")
+    assert largest_difference(by_fsdp[0]["weights"], by_ddp[0]["weights"]) < TOLERANCE
+    assert by_fsdp[1]["weights"] == {}, "only rank 0 puts the whole model together"
+    for rank in by_fsdp:
+        assert rank["norms"] == pytest.approx(by_ddp[0]["norms"], rel=1e-5)
+        assert rank["reductions"] == {unit: STEPS // 2 for unit in units(config)}, rank["reductions"]
+    assert max(by_ddp[0]["norms"]) > CLIP, "clipping never bit: the test proves nothing of it"
+    assert by_fsdp[0]["held_out"] == pytest.approx(by_ddp[0]["held_out"], rel=1e-5)
+
+
+def units(config) -> list[str]:
+    """FSDP2's units: the root, and each block of the LM's ModuleList (the tiny model has 2)."""
+    return ["root", "blocks.0", "blocks.1"] if config.task == LANGUAGE else ["root"]

@@ -2,8 +2,8 @@
 
 `train --local` runs as a subprocess (its output into a file, so nothing can fill a pipe and hang it), with a
 checkpoint every 30 steps of the epochs' 100; once two checkpoints are complete, rank 1's process gets SIGKILL and the
-run fails. Then the newest checkpoint is damaged: the DDP state file truncated, or, under DeepSpeed, one rank's shard
-of the optimizer state. The rerun must skip it, resume from the one before, mid-epoch, and end with the weights of an
+run fails. Then the newest checkpoint is damaged: the DDP state file truncated, or, under FSDP2 and DeepSpeed, one
+rank's shard. The rerun must skip it, resume from the one before, mid-epoch, and end with the weights of an
 uninterrupted run and, epoch by epoch, its figures; the MLflow run (a local file store) holds the params, every
 epoch's metrics and the model.
 """
@@ -54,19 +54,24 @@ def rank_processes(root_pid: int, rank: int) -> list[int]:
     return found
 
 
-def damage(checkpoint: Path, engine: str) -> None:
-    """Truncate the DDP state, or rank 1's optimizer shard under DeepSpeed: a file that no longer loads."""
-    pattern = "state.pt" if engine == "torch_distributor" else "*zero_pp_rank_1_*optim_states.pt"
+def damage(checkpoint: Path, pattern: str) -> None:
+    """Truncate the file that `pattern` names: it no longer loads."""
     (victim,) = checkpoint.rglob(pattern)
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 3])
 
 
-@pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed"])
-def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_same(tmp_path, engine, monkeypatch):
+@pytest.mark.parametrize("engine, parallelism, victim", [
+    ("torch_distributor", "ddp", "state.pt"),
+    ("torch_distributor", "fsdp2", "__1_0.distcp"),  # rank 1's shard of the torch distributed checkpoint
+    ("deepspeed", "ddp", "*zero_pp_rank_1_*optim_states.pt"),  # rank 1's shard of the optimizer state
+], ids=["ddp", "fsdp2", "deepspeed"])
+def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_same(tmp_path, engine, parallelism,
+                                                                                    victim, monkeypatch):
     output, log = tmp_path / "run", tmp_path / "first.log"
     checkpoints = output / "checkpoints"
+    options = [*OPTIONS, "--parallelism", parallelism]
     command = [sys.executable, "-m", "distributed_training", "train", "--engine", engine, "--task", FARE, "--local",
-               "--output-dir", str(output), *OPTIONS]
+               "--output-dir", str(output), *options]
     with open(log, "w") as sink:
         first = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environment(),
                                  start_new_session=True)
@@ -89,8 +94,8 @@ def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_s
 
     complete = complete_steps(str(checkpoints))
     assert len(complete) >= 2, complete
-    damage(checkpoints / tag_of(complete[0]), engine)
-    rerun = train_command(output, engine, FARE, *OPTIONS)
+    damage(checkpoints / tag_of(complete[0]), victim)
+    rerun = train_command(output, engine, FARE, *options)
     assert rerun.returncode == 0, output_of(rerun)
     assert f"checkpoint of step {complete[0]} does not load on every rank: skipped" in rerun.stdout
     assert f"resuming from the checkpoint of step {complete[1]}" in rerun.stdout
@@ -98,7 +103,7 @@ def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_s
     assert resumed["resumed_from_step"] == complete[1] < resumed["step"]
     assert complete[1] % resumed["updates_per_epoch"] != 0, "the resume should start in the middle of an epoch"
 
-    uninterrupted = train_command(tmp_path / "uninterrupted", engine, FARE, *OPTIONS)
+    uninterrupted = train_command(tmp_path / "uninterrupted", engine, FARE, *options)
     assert uninterrupted.returncode == 0, output_of(uninterrupted)
     expected = metrics_of(tmp_path / "uninterrupted")
     for name in ("train_loss", "held_out_loss", "test_rmse", "learning_rate"):

@@ -1,5 +1,6 @@
-"""TorchDistributor for real: two gloo processes on local Spark, on the driver and on the executors, for both tasks;
-a worker's failure comes back as one line; `train --local` works end to end as a command."""
+"""TorchDistributor for real: two gloo processes on local Spark, on the driver and on the executors, for both tasks,
+and the language model under FSDP2; a worker's failure comes back as one line; `train --local` works end to end as a
+command."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import pytest
 
 from distributed_training.engines import LaunchError
 from distributed_training.engines.torch_distributor import ENGINE
+from distributed_training.task_interface import load_task
+from distributed_training.training.checkpoints import tag_of
+from distributed_training.training.strategy import checkpoint_weights
 
 from conftest import FARE, LANGUAGE, assert_it_learned, environment, metrics_of, output_of, train_command
 
@@ -24,6 +28,19 @@ def test_two_processes_learn(spark, staged_run, task, nodes):
     assert_it_learned(run.metrics, task)
     assert run.metrics["world_size"] == 2 and metrics_of(Path(config.output_dir)) == run.metrics
     assert ("local_mode=True" if nodes == 1 else "local_mode=False") in run.description
+
+
+def test_the_language_model_learns_under_fsdp2_and_its_sharded_checkpoint_reads_back_whole(spark, staged_run):
+    """--parallelism fsdp2: the transformer's blocks and the rest sharded over the two processes; the checkpoints are
+    torch distributed checkpoints, whose weights one process without a process group reads whole, under the plain
+    model's names (what --init-from reads, whatever the new run's number of processes)."""
+    config = staged_run(LANGUAGE, epochs=3, parallelism="fsdp2")
+    run = ENGINE.train(spark, config, {})
+    assert_it_learned(run.metrics, LANGUAGE)
+    final = Path(config.checkpoint_dir) / tag_of(run.metrics["step"])
+    assert (final / ".metadata").exists() and not (final / "state.pt").exists()
+    model = load_task(LANGUAGE).build_model({}, config.task_options)
+    model.load_state_dict(checkpoint_weights(config.checkpoint_dir, final.name))  # strict: every name and shape
 
 
 def test_a_failure_in_the_workers_comes_back_as_one_clear_error(spark, staged_run):

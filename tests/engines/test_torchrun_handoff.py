@@ -24,17 +24,22 @@ from conftest import FARE, LANGUAGE, SUPPORT, assert_it_learned, environment, me
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("engine, task", [("torch_distributor", FARE), ("deepspeed", LANGUAGE)])
-def test_the_stage_step_needs_no_torch_and_its_command_trains(tmp_path, engine, task):
+@pytest.mark.parametrize("engine, task, parallelism", [("torch_distributor", FARE, "ddp"),
+                                                       ("torch_distributor", LANGUAGE, "fsdp2"),
+                                                       ("deepspeed", LANGUAGE, "ddp")],
+                         ids=["fare-ddp", "language-model-fsdp2", "language-model-deepspeed"])
+def test_the_stage_step_needs_no_torch_and_its_command_trains(tmp_path, engine, task, parallelism):
     output = tmp_path / "run"
     without_torch = environment(SUPPORT / "without_torch")
-    staged = train_command(output, engine, task, "--handoff-to-torchrun", "--epochs", "3", env=without_torch)
+    staged = train_command(output, engine, task, "--handoff-to-torchrun", "--epochs", "3", "--parallelism",
+                           parallelism, env=without_torch)
     assert staged.returncode == 0, output_of(staged)
     proof = subprocess.run([sys.executable, "-c", "import torch"], env=without_torch, capture_output=True)
     assert proof.returncode != 0, "torch was importable: the test proves nothing"
     assert not (output / "metrics.json").exists(), "the stage step must not train"
     written = json.loads((output / "torchrun" / "config.json").read_text())
-    assert (written["engine"], written["task"], written["handoff_to_torchrun"]) == (engine, task, True)
+    assert (written["engine"], written["task"], written["parallelism"], written["handoff_to_torchrun"]) == (
+        engine, task, parallelism, True)
 
     trained = subprocess.run(["bash", str(output / "torchrun" / "command.sh")], cwd=tmp_path, capture_output=True,
                              text=True, env=environment(), timeout=600)
@@ -42,7 +47,9 @@ def test_the_stage_step_needs_no_torch_and_its_command_trains(tmp_path, engine, 
     metrics = metrics_of(output)
     assert metrics["world_size"] == 2 and metrics["engine"] == engine
     assert_it_learned(metrics, task)
-    assert (output / "checkpoints" / tag_of(metrics["step"]) / "complete.json").exists()
+    final = output / "checkpoints" / tag_of(metrics["step"])
+    assert (final / "complete.json").exists()
+    assert (final / ".metadata").exists() == (parallelism == "fsdp2")  # FSDP2's checkpoints are DCP folders
 
 
 def test_credentials_never_land_in_the_config_file(tmp_path, monkeypatch):

@@ -58,6 +58,9 @@ CASES = [
          ("--handoff-to-torchrun plans a run on nodes this task does not see: give --gpus-per-node", "or --processes")),
     Case("deepspeed-options-for-another-engine", ("--local", "--zero-stage", "3"), 2,
          ("--zero-stage configure DeepSpeed, but the engine is torch_distributor",)),
+    Case("fsdp2-for-deepspeed", ("--local", "--engine", "deepspeed", "--parallelism", "fsdp2"), 2,
+         ("--parallelism fsdp2 is for torch_distributor and ray, but the engine is deepspeed: use --engine "
+          "torch_distributor",)),
     Case("spark-ml-options-for-another-engine", ("--local", "--spark-ml-model", "gbt"), 2,
          ("--spark-ml-model configure Spark ML",)),
     Case("registering-an-untracked-model", ("--local", "--register-model", "c.s.m", "--no-tracking"), 2,
@@ -78,6 +81,8 @@ CASES = [
     Case("init-mode-without-init-from", ("--local", "--init-mode", "full"), 2,
          ("--init-mode full says what --init-from takes, but --init-from is not given",)),
     usage("an-unknown-init-mode", "--init-mode", "optimizer", "invalid choice: 'optimizer'"),
+    Case("activation-checkpointing-without-blocks", ("--local", "--activation-checkpointing"), 2,
+         (f"--activation-checkpointing recomputes the task's blocks, but {FARE} names none: define blocks(model)",)),
 ]
 MIN_CASES = 30
 

@@ -1,11 +1,12 @@
 """The loop's updates on every rank of a real process group, for tests that compare data parallelism with one process.
 
 `ranks_train` runs in processes that torch.multiprocessing starts: each joins a gloo group, reads its own shard of
-the staged data, and takes `steps` micro-batches through the real strategy (DDP or DeepSpeed) and the loop's
-`update`, with plain SGD at a constant learning rate and no clipping, so that the weights' change is the gradient
-itself (AdamW would absorb a constant factor on it); then it evaluates the result on its held-out share, and writes
-its weights, those metrics, the optimizer steps taken and the reductions DDP made. `one_process_train` takes, update
-by update, the union of the ranks' micro-batches on a single process.
+the staged data, and takes `steps` micro-batches through the real strategy (DDP, FSDP2 or DeepSpeed) and the loop's
+`update`, with plain SGD at a constant learning rate, so that the weights' change is the gradient itself (AdamW would
+absorb a constant factor on it); then it evaluates the result on its held-out share, and writes its weights, those
+metrics, the gradients' norms, the optimizer steps taken and the gradient reductions DDP or FSDP2 made.
+`one_process_train` takes, update by update, the union of the ranks' micro-batches on a single process, with no
+clipping.
 """
 
 from __future__ import annotations
@@ -42,9 +43,7 @@ def sgd(model: torch.nn.Module) -> torch.optim.Optimizer:
 
 
 def prepared(config, process):
-    """The task, its statistics and a strategy around a fresh model: SGD, a constant rate (no clipping: the config's
-    grad_clip is 0)."""
-    assert config.grad_clip == 0, "clipping would hide a constant factor on the gradient"
+    """The task, its statistics and a strategy around a fresh model: SGD, a constant rate."""
     data = StagedData.load(config.staging_dir)
     task = load_task(config.task)
     torch.manual_seed(config.seed)
@@ -53,22 +52,48 @@ def prepared(config, process):
     return task, data.stats, strategy
 
 
-def take_steps(config, process, batches: list[tuple], reductions: Counter | None = None):
+def take_steps(config, process, batches: list[tuple], reductions: Counter | None = None,
+               norms: list | None = None):
     """The micro-batches in windows of config.grad_accumulation, one update each; the strategy after them.
-    `reductions`: counts DDP's all-reduces per gradient bucket (a communication hook that does the default one)."""
+    `reductions`: counts the gradient reductions (see `count_reductions`); `norms`: gets each update's gradient norm."""
     task, _, strategy = prepared(config, process)
     if reductions is not None:
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-        def counting(state, bucket):
-            reductions[bucket.index()] += 1
-            return allreduce_hook(state, bucket)
-
-        strategy.model.register_comm_hook(None, counting)
+        count_reductions(strategy, reductions)
     k = config.grad_accumulation
     for first in range(0, len(batches), k):
-        update(task, strategy, [strategy.to_device(batch) for batch in batches[first:first + k]], process)
+        _, _, norm = update(task, strategy, [strategy.to_device(batch) for batch in batches[first:first + k]], process)
+        if norms is not None:
+            assert norm is None or type(norm) is torch.Tensor, f"the norm is a {type(norm)}, not a plain tensor"
+            norms.append(None if norm is None else float(norm))
     return strategy
+
+
+def count_reductions(strategy, reductions: Counter) -> None:
+    """Count DDP's all-reduces per gradient bucket (a communication hook that does the default one), or FSDP2's
+    reduce-scatters per unit (a reduce-scatter that does the default one)."""
+    if isinstance(strategy, strategies.FullyShardedDataParallel):
+        from torch.distributed.fsdp import FSDPModule
+        from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
+
+        class Counting(DefaultReduceScatter):
+            def __init__(self, unit: str):
+                self.unit = unit
+
+            def __call__(self, *args, **kwargs):
+                reductions[self.unit] += 1
+                return super().__call__(*args, **kwargs)
+
+        for name, module in strategy.model.named_modules():
+            if isinstance(module, FSDPModule):
+                module.set_custom_reduce_scatter(Counting(name or "root"))
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    def counting(state, bucket):
+        reductions[bucket.index()] += 1
+        return allreduce_hook(state, bucket)
+
+    strategy.model.register_comm_hook(None, counting)
 
 
 def ranks_train(rank: int, world_size: int, config, steps: int, per_rank: int, port: int, results: str) -> None:
@@ -76,13 +101,14 @@ def ranks_train(rank: int, world_size: int, config, steps: int, per_rank: int, p
                       MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(world_size), DS_ACCELERATOR="cpu")
     process = distributed.start(use_gpu=False)
     try:
-        reductions = Counter() if config.engine != "deepspeed" else None
-        strategy = take_steps(config, process, rank_batches(config, rank, world_size, steps, per_rank), reductions)
+        reductions, norms = Counter() if config.engine != "deepspeed" else None, []
+        strategy = take_steps(config, process, rank_batches(config, rank, world_size, steps, per_rank), reductions,
+                              norms)
         task, stats = load_task(config.task), StagedData.load(config.staging_dir).stats
         held_out = evaluate(task, strategy, rank_examples(config, rank, world_size, "test"), stats, process)
         updates = strategy.model.global_steps if config.engine == "deepspeed" else None
         torch.save({"weights": strategy.full_state_dict(), "held_out": held_out, "reductions": dict(reductions or {}),
-                    "deepspeed_updates": updates}, os.path.join(results, f"rank-{rank}.pt"))
+                    "norms": norms, "deepspeed_updates": updates}, os.path.join(results, f"rank-{rank}.pt"))
     finally:
         distributed.stop(process)
     distributed.leave_now()  # the result is on disk
@@ -96,6 +122,7 @@ def single_process() -> distributed.Process:
 
 def one_process_train(config, world_size: int, steps: int, per_rank: int) -> dict:
     """One process, each micro-batch the ranks' micro-batches of that step together; its weights."""
+    assert config.grad_clip == 0, "clipping would hide a constant factor on the gradient"
     shares = [rank_batches(config, rank, world_size, steps, per_rank) for rank in range(world_size)]
     union = [tuple(torch.cat(parts) for parts in zip(*step)) for step in zip(*shares)]
     return take_steps(config, single_process(), union).full_state_dict()

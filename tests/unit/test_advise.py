@@ -92,6 +92,28 @@ def test_llama_7b_bf16_adam_needs_zero3_on_two_gpus_of_one_node():
     assert advice.template_answers()["num_workers"] == "0"
 
 
+def test_where_zero_holds_the_job_on_the_gpus_fsdp2_does_too_with_its_own_arithmetic():
+    """FSDP2 keeps fp32 weights and gradients (4 + 4) and AdamW's moments (8): 16 bytes a parameter sharded over the
+    GPUs, as ZeRO 3's 2 + 2 + 12 in bf16; with activations and logits it holds llama-7b on the same two A100s."""
+    params = 6_738_415_616
+    fsdp2_on_two = (params * 16 / GB / 2 + 32 * 2048 * 4096 * 34 / GB + 2048 * 32000 * 4 / GB) * 1.20
+    large = Training(NAMED_MODELS["llama-7b"], batch_size=1, seq_len=2048, flash_attention=True)
+    advice = advise(Job("gcp", large))
+    (note,) = [note for note in advice.notes if note.startswith("FSDP2 holds it too")]
+    assert "engine torch_distributor with `train --parallelism fsdp2`" in note
+    assert "6.738B params x 16 bytes (fp32 weights, fp32 gradients, AdamW m, v) / 2 GPUs (FSDP2) = 53.91 GB" in note
+    assert f"= {fsdp2_on_two:.2f} GB <= 80 GB per GPU" in note
+    fsdp2 = advice.to_dict()["fsdp2"]
+    assert (fsdp2["engine"], fsdp2["train_options"]) == (TORCH_DISTRIBUTOR, ["--parallelism", "fsdp2"])
+    assert fsdp2["memory_per_gpu"]["needed_gb"] == pytest.approx(fsdp2_on_two, abs=1e-3)
+    assert advise(Job("gcp", large, prefer_ray=True)).to_dict()["fsdp2"]["engine"] == RAY
+    # Not where DDP holds it (nothing to shard), nor where only CPU offload does (FSDP2 keeps all on the GPUs).
+    assert advise(Job("aws", Training(NAMED_MODELS["gpt2"], batch_size=1))).to_dict()["fsdp2"] is None
+    offloaded = advise(Job("azure", Training(NAMED_MODELS["llama-70b"], batch_size=1, seq_len=2048,
+                                             flash_attention=True)))
+    assert offloaded.plan.sharding.offload != "none" and offloaded.to_dict()["fsdp2"] is None
+
+
 def test_llama_70b_on_nc96ads_a100_needs_five_nodes():
     params = 68_976_648_192
     checkpointed = (80 * 2 * 2048 * 8192 + 2048 * 8192 * 34) / GB  # layer inputs + one layer rebuilt: 3.2548 GB

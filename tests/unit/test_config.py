@@ -60,3 +60,18 @@ def test_a_folder_in_use_is_refused_at_once_and_freed_when_its_run_ends(tmp_path
                 pass
     with held(str(tmp_path)):  # the first run ended: the folder is free again
         pass
+
+
+def test_fsdp2_shards_over_several_processes_and_one_process_trains_the_model_as_it_is():
+    """fully_shard needs a process group, which a run of one process does not start: there is nothing to shard."""
+    import torch
+
+    from distributed_training.training import strategy
+    from distributed_training.training.distributed import Process
+
+    config = configuration.from_args([*TRAIN, "--local", "--parallelism", "fsdp2", "--precision", "fp32"])
+    assert config.parallelism == "fsdp2"
+    one = Process(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    assert type(strategy.create(config, one)) is strategy.DataParallel
+    two = Process(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"))
+    assert type(strategy.create(config, two)) is strategy.FullyShardedDataParallel

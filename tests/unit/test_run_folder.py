@@ -62,6 +62,9 @@ def test_a_resume_that_options_alone_refuse_is_refused_before_spark_starts(tmp_p
     error = capsys.readouterr().err
     assert "holds the checkpoints of another run (batch_size: 64 -> 16; seed: 42 -> 7)" in error
     assert "--no-resume" in error and not (tmp_path / "run" / "staging").exists()
+    # DDP's checkpoints are not FSDP2's (a state file, not a distributed checkpoint): another run too
+    fsdp2 = configuration.from_args([*arguments, "--parallelism", "fsdp2"])
+    assert "another run (parallelism: 'ddp' -> 'fsdp2')" in refusal_to_resume(fsdp2)
     # what does not change the math never blocks a resume: the budget, the cadences
     relaxed = configuration.from_args([*arguments, "--max-steps", "99", "--epochs", "20", "--log-every-steps", "1",
                                        "--checkpoint-every-steps", "7", "--eval-every-steps", "3"])

@@ -14,7 +14,9 @@ unverified interconnect, unconfirmed availability, a graphics family), then the 
 smallest GPU, the simplest technique, the smallest node.
 
 Engine: DeepSpeed when ZeRO or offload is needed (the distributor for models that need more compute but are
-limited by memory); otherwise TorchDistributor (DDP), or Ray Train when asked for. Classical models on tabular data
+limited by memory); otherwise TorchDistributor (DDP), or Ray Train when asked for. Where ZeRO without offload holds
+the job, FSDP2 (`train --parallelism fsdp2` under TorchDistributor or Ray) holds it too, sharding everything as ZeRO 3
+does in torch alone: the advice says so, with its own arithmetic. Classical models on tabular data
 train with Spark ML on CPU nodes: one node while the data fits in its memory, more workers when it does not.
 
 The same search, without offload (the serverless nodes' host memory is not published), picks the serverless GPU
@@ -39,7 +41,7 @@ from ..compute.requirements import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTR
 from ..serverless import ACCELERATORS, SERVERLESS_GPU
 from .memory import (
     HEADROOM, MLP, NAMED_MODELS, OPTIMIZERS, PRECISIONS, TRANSFORMER, Estimate, ModelShape, Sharding, Term,
-    Training, estimate, format_count, format_gb, mlp_params, parse_count,
+    Training, estimate, format_count, format_gb, fully_sharded, mlp_params, parse_count,
 )
 
 CLASSICAL = "classical"
@@ -145,6 +147,7 @@ class Advice:
             "baseline_one_gpu": _estimate_dict(self.baseline),
             "recommendation": _plan_dict(self.plan),
             "deepspeed_config": self.deepspeed_config(),
+            "fsdp2": _fsdp2_dict(self.job, self.plan),
             "alternative": _plan_dict(self.alternative),
             "notes": list(self.notes),
             "template_answers": self.template_answers() if self.plan else None,
@@ -335,6 +338,13 @@ def _gpu_notes(job: Job, plan: Plan, nodes: list[NodeType], alternative: Plan | 
     if sharding.offload != "none":
         notes.append("CPU offload runs the optimizer step on the CPU (DeepSpeedCPUAdam) and moves state over PCIe "
                      "every step: expect slower steps than with the state on the GPUs.")
+    fsdp2 = _fsdp2(job, plan)
+    if fsdp2 is not None:
+        notes.append(f"FSDP2 holds it too, in torch alone: engine {_fsdp2_engine(job)} with `train --parallelism "
+                     f"fsdp2` shards the weights, gradients and optimizer state over the {plan.gpus} GPUs as ZeRO 3 "
+                     f"does: {' + '.join(f'{term.name} {term.formula} = {format_gb(term.gb)}' for term in fsdp2.gpu)}"
+                     f"; x {HEADROOM:.2f} headroom = {format_gb(fsdp2.needed_gb)} <= {plan.node.gpu_memory_gb:g} GB "
+                     "per GPU.")
     if alternative is not None:
         notes.append(f"Without CPU offload: {alternative.describe()}, {alternative.sharding.describe()}; faster "
                      "steps if the network between nodes is good, but distributed across machines.")
@@ -349,6 +359,18 @@ def _gpu_notes(job: Job, plan: Plan, nodes: list[NodeType], alternative: Plan | 
     notes += _data_notes(job, plan, nodes)
     notes.append(_throughput_note(plan, nodes))
     return notes
+
+
+def _fsdp2(job: Job, plan: Plan | None) -> Estimate | None:
+    """FSDP2's memory per GPU where the plan is DeepSpeed ZeRO on the GPUs alone, if it holds the job there too."""
+    if plan is None or plan.engine != DEEPSPEED or plan.sharding.offload != "none":
+        return None
+    per_gpu = fully_sharded(job.training, plan.sharding.checkpointing, plan.gpus)
+    return per_gpu if per_gpu.needed_gb <= plan.node.gpu_memory_gb else None
+
+
+def _fsdp2_engine(job: Job) -> str:
+    return RAY if job.prefer_ray else TORCH_DISTRIBUTOR
 
 
 def _data_notes(job: Job, plan: Plan, nodes: list[NodeType]) -> list[str]:
@@ -435,6 +457,14 @@ def _estimate_dict(per_gpu: Estimate | None) -> dict | None:
     return {"gpu": _terms_dict(per_gpu.gpu), "gpu_gb": round(per_gpu.gpu_gb, 4),
             "needed_gb": round(per_gpu.needed_gb, 4), "host_per_gpu": _terms_dict(per_gpu.host),
             "host_gb_per_gpu": round(per_gpu.host_gb, 4)}
+
+
+def _fsdp2_dict(job: Job, plan: Plan | None) -> dict | None:
+    per_gpu = _fsdp2(job, plan)
+    if per_gpu is None:
+        return None
+    return {"engine": _fsdp2_engine(job), "train_options": ["--parallelism", "fsdp2"],
+            "memory_per_gpu": _estimate_dict(per_gpu)}
 
 
 def _plan_dict(plan: Plan | None) -> dict | None:

@@ -11,6 +11,10 @@ Toward Training Trillion Parameter Models"), for a model of P parameters:
 - ZeRO stage 1 shards the optimizer states over the data-parallel GPUs, stage 2 the gradients too, stage 3 the
   weights too: each sharded term is divided by the number of GPUs. CPU offload moves the optimizer states (and,
   in stage 3, the weights) into host memory, sharded the same way.
+- FSDP2 (torch's fully_shard) shards everything, as ZeRO 3 does, but keeps the weights and gradients themselves in
+  fp32 (4 + 4 bytes a parameter, no separate master copy) and gathers 16-bit copies one layer at a time: with Adam
+  4 + 4 + 8 = 16 bytes a parameter in any precision, divided by the number of GPUs. The gathered layer is left to
+  the headroom.
 - activations of a transformer: per layer s*b*h*(34 + 5*a*s/h) bytes with 16-bit activations and no
   recomputation (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"), where
   s = sequence length, b = micro-batch per GPU, h = hidden size, a = attention heads. The 5*a*s/h part is the
@@ -222,3 +226,12 @@ def _activations(training: Training, checkpointing: bool) -> list[Term]:
         formula = f"{s}*{b}*{model.vocab} x {_LOGIT_BYTES} bytes (fp32 loss)"
         terms.append(Term("logits", formula, s * b * model.vocab * _LOGIT_BYTES / GB))
     return terms
+
+
+def fully_sharded(training: Training, checkpointing: bool, gpus: int) -> Estimate:
+    """Memory on each of `gpus` GPUs under FSDP2: the fp32 weights, gradients and optimizer states sharded over them."""
+    params, per_param = training.model.params, 2 * _MASTER_WEIGHT_BYTES + _MOMENT_BYTES[training.optimizer]
+    formula = (f"{format_count(params)} params x {per_param} bytes (fp32 weights, fp32 gradients, "
+               f"{_MOMENT_NAMES[training.optimizer]}) / {gpus} GPUs (FSDP2)")
+    state = Term("sharded state", formula, params * per_param / gpus / GB)
+    return Estimate((state, *_activations(training, checkpointing)), ())

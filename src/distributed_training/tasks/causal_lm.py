@@ -139,8 +139,8 @@ def tokenize(rows, options: Options):
     import numpy as np
 
     # 0xFF never occurs in UTF-8, so it stands in for END_OF_TEXT while the documents are joined as bytes
-    joined = b"".join(text.encode("utf-8") + b"\xff" for text in texts)
-    tokens = np.frombuffer(joined, dtype=np.uint8).astype(np.int64)
+    joined = b"".join(text.encode("utf-8") + b"\xff" for text in rows["text"])
+    tokens = np.frombuffer(joined, dtype=np.uint8).astype(np.uint16)
     tokens[tokens == 0xFF] = END_OF_TEXT
     return tokens
 
@@ -226,6 +226,11 @@ def loss(model, batch):
     blocks = batch[0].long()  # staged as uint16
     logits = model(blocks[:, :-1]).float()
     return F.cross_entropy(logits.flatten(0, 1), blocks[:, 1:].flatten())
+
+
+def blocks(model) -> list:
+    """The transformer's blocks: what --activation-checkpointing recomputes in the backward pass."""
+    return list(model.blocks)
 
 
 def count(batch) -> int:

@@ -2,7 +2,8 @@
 
 Layout, under a folder every rank reaches (a Unity Catalog volume on a cluster):
 
-    checkpoints/step-00001200/state.pt        the training state (DeepSpeed: its own files, a shard per rank)
+    checkpoints/step-00001200/state.pt        the training state (DeepSpeed: its own files, a shard per rank;
+                                              FSDP2: a torch distributed checkpoint, .metadata and a shard per rank)
     checkpoints/step-00001200/rng-rank0.pt    each rank's random number generators' states
     checkpoints/step-00001200/complete.json   written last, by rank 0, once every rank has saved: the step, the
                                               epoch and how far into it, the run's identity and its progress
@@ -19,9 +20,10 @@ schedule come back from the checkpoint, the data order depends only on the seed,
 batches already taken in that epoch are skipped (see `ShuffledBatches`); the random generators come back too.
 
 What a resume must share with the checkpoint is its run identity: what changes the math or the data order (task and
-its options, data, processes, seed, batch, accumulation). Logging, checkpoint cadence and the length of the run
-(--epochs, --max-steps) are not part of it: a longer run continues where the shorter one stopped. The part of the
-identity that the options alone decide is compared before Spark starts (`refusal_to_resume`).
+its options, data, processes, parallelism, seed, batch, accumulation). Logging, checkpoint cadence and the length
+of the run (--epochs, --max-steps) are not part of it: a longer run continues where the shorter one stopped. The part
+of the identity that the options alone decide is compared before Spark starts (`refusal_to_resume`). A run on another
+number of processes starts from the weights alone (--init-from, the default --init-mode weights), whatever wrote them.
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ def complete_steps(directory: str) -> list[int]:
 def options_identity(config) -> dict:
     """The part of a run's identity that its options decide (JSON types: compared after a round trip)."""
     return {"task": config.task, "task_options": _json(asdict(config.task_options)), "engine": config.engine,
-            "seed": config.seed, "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation}
+            "parallelism": config.parallelism, "seed": config.seed, "batch_size": config.batch_size,
+            "grad_accumulation": config.grad_accumulation}
 
 
 def refusal_to_resume(config) -> str | None:
@@ -139,8 +142,7 @@ def _ensure_writable_folder(directory: str) -> None:
         raise CheckpointFolderError(f"cannot create the checkpoint folder {directory}: {error.strerror or error}. "
                                     f"{fix}") from None
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise CheckpointFolderError(
-            f"cannot write checkpoints into {directory}: no permission. {fix}")
+        raise CheckpointFolderError(f"cannot write checkpoints into {directory}: no permission. {fix}")
 
 
 class Checkpoints:

@@ -79,6 +79,14 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
     if source and config.init_mode == "weights":
         load_weights(model, strategies.checkpoint_weights(*source), os.path.join(*source))
         log(f"--init-from: the model starts from the weights of {os.path.join(*source)}")
+    if config.activation_checkpointing:  # in place, so the weights keep their names
+        for block in task.blocks(model):
+            block.forward = recomputing(block.forward)
+    if config.compile:  # in place, so the weights keep their names (in checkpoints too) whatever wraps the model next
+        # Block by block where the task names its blocks: one block's compiled code serves every block (a fraction
+        # of the compiling), and under FSDP2 it runs between the hooks that gather and free the block's weights.
+        for part in task.blocks(model) if hasattr(task, "blocks") else [model]:
+            part.compile()
     strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay),
                      warmup_then_cosine(plan.updates, config.warmup_fraction))
     checkpoints = Checkpoints(config.checkpoint_dir, process, config.keep_checkpoints, run_identity(config, data,
@@ -139,7 +147,7 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
                             f"{scores['held_out_loss']:.4f}")
                         strategy.model.train()
                     if end_of_epoch or last:
-                        if meter.pending:
+                        if meter.updates:
                             settled(meter.settle())
                         history.append(epoch_record(task, strategy, held_out, data.stats, process, epoch, step,
                                                     epoch_totals, learning_rate))
@@ -150,7 +158,7 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
                             f"{time.perf_counter() - started:.1f}s")
                     if last or (end_of_epoch and epoch % config.checkpoint_every == 0) or (
                             config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0):
-                        if meter.pending:  # the epoch's figures so far go into the checkpoint, checked
+                        if meter.updates:  # the epoch's figures so far go into the checkpoint, checked
                             settled(meter.settle())
                         checkpoints.save(strategy, step, {"epoch": epoch, "history": history, "mlflow_run_id": run_id,
                                                           "epoch_totals": None if end_of_epoch else epoch_totals})
@@ -245,6 +253,13 @@ def _counts(task, window: list[tuple], device: torch.device) -> torch.Tensor:
     if all(isinstance(count, int) for count in counted):
         return torch.tensor(counted, dtype=torch.float64).to(device, non_blocking=True)
     return torch.stack([torch.as_tensor(count, dtype=torch.float64, device=device) for count in counted])
+
+
+def recomputing(forward):
+    """Activation checkpointing: a forward that keeps only its inputs for the backward pass, which runs it again."""
+    # A Python function, not a functools.partial: torch.compile traces into the one and would skip the other.
+    return lambda *inputs, **options: torch.utils.checkpoint.checkpoint(forward, *inputs, use_reentrant=False,
+                                                                         **options)
 
 
 def flops_per_token(task, model: torch.nn.Module, options) -> float | None:
@@ -423,7 +438,8 @@ def params(config: Config, data: StagedData, process: distributed.Process, per_r
                 "world_size": process.world_size, "device": process.device.type, "precision": config.precision,
                 **{name: getattr(config, name) for name in ("epochs", "max_steps", "batch_size", "grad_accumulation",
                                                             "learning_rate", "weight_decay", "warmup_fraction",
-                                                            "grad_clip", "seed")},
+                                                            "grad_clip", "seed", "compile",
+                                                            "activation_checkpointing", "parallelism")},
                 **{f"task.{name}": value for name, value in asdict(config.task_options).items()},
                 **({"init_from": config.init_from, "init_mode": config.init_mode} if config.init_from else {})}
     if config.engine == "deepspeed":

@@ -1,4 +1,4 @@
-"""How gradients are made and applied, behind one small object: plain data parallel (DDP) or DeepSpeed.
+"""How gradients are made and applied, behind one small object: plain data parallel (DDP), FSDP2 or DeepSpeed.
 
 The loop reads the same whichever runs underneath:
 
@@ -11,11 +11,11 @@ The loop reads the same whichever runs underneath:
     grad_norm = strategy.step()                         # clip, update, advance the schedule: once per window
     strategy.save(directory, tag) / strategy.load(directory, tag)   # every rank calls them (checkpoints)
 
-The loop does the weighing, so gradient accumulation means the same under either: the gradients the optimizer sees
+The loop does the weighing, so gradient accumulation means the same under each: the gradients the optimizer sees
 are those of the mean loss over every item (token, example) of the window on every rank, and they are reduced across
-ranks once per update. Mixed precision is autocast under both (DeepSpeed then keeps its weights in that precision,
+ranks once per update. Mixed precision is autocast under all (DeepSpeed then keeps its weights in that precision,
 with fp32 master weights in its optimizer). A checkpoint holds the plain model's weights, whatever wraps it (DDP,
-DeepSpeed's engine, torch.compile's `_orig_mod.`).
+FSDP2, DeepSpeed's engine, torch.compile's `_orig_mod.`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,13 @@ from datetime import timedelta
 from typing import Callable
 
 import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, \
+    set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -130,6 +137,57 @@ class DataParallel(Strategy):
         return {name: value.detach().float().cpu() for name, value in plain_weights(self.module).items()}
 
 
+class FullyShardedDataParallel(DataParallel):
+    """FSDP2 (fully_shard): each rank keeps a slice of every fp32 weight, gradient and optimizer state. Each block of
+    the model's ModuleLists (a transformer's layers) is a unit gathered in 16-bit where mixed precision is on, just
+    before it runs; the rest (embeddings, tied or not, heads) is the root's. Checkpoints are DCP: a shard per rank."""
+
+    def __init__(self, process: Process, precision: str, grad_clip: float):
+        super().__init__(process, precision, grad_clip)
+        self.scaler = ShardedGradScaler(process.device.type, enabled=precision == "fp16")
+
+    def prepare(self, model: torch.nn.Module, make_optimizer: Callable, schedule: Callable[[int], float]) -> None:
+        mesh = init_device_mesh(self.process.device.type, (self.process.world_size,))
+        policy = MixedPrecisionPolicy(param_dtype=HALF_TYPES.get(self.precision), reduce_dtype=torch.float32)
+        model.to(self.process.device)
+        blocks = [block for parent in model.modules() if isinstance(parent, torch.nn.ModuleList) for block in parent]
+        for block in reversed(blocks):  # a unit nested in another is sharded first
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        self.model = self.module = self.inference_model = fully_shard(model, mesh=mesh, mp_policy=policy)
+        self.optimizer = make_optimizer(self.module)
+        self.scheduler = LambdaLR(self.optimizer, schedule)
+
+    def micro_batch(self, last: bool):
+        self.model.set_requires_gradient_sync(last)  # FSDP2's no_sync: inside a window gradients stay unreduced
+        return contextlib.nullcontext()
+
+    def step(self) -> torch.Tensor:
+        norm = super().step()
+        return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+    def _state(self) -> dict:
+        model, optimizer = get_state_dict(self.model, self.optimizer)
+        return {"model": model, "optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict()}
+
+    def save(self, directory: str, tag: str) -> None:
+        dcp.save(self._state(), checkpoint_id=os.path.join(directory, tag))
+
+    def load(self, directory: str, tag: str) -> None:
+        state = self._state()  # what to read, and where: DCP loads into it
+        try:
+            dcp.load(state, checkpoint_id=os.path.join(directory, tag))
+        except dcp.CheckpointException as error:  # a BaseException, on every rank: for the resume, a damaged one
+            raise RuntimeError(f"ranks {sorted(error.failures)} cannot read their part of it") from error
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model's float32 weights on the CPU, on rank 0 (every rank calls it; the others get nothing)."""
+        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
 class DeepSpeed(Strategy):
     """DeepSpeed's engine: ZeRO sharding and offload as its config says; accumulation, clipping and the schedule's
     steps happen inside `step`. Its save_checkpoint/load_checkpoint write and read every rank's shard."""
@@ -194,10 +252,16 @@ def plain_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
-    """The model's float32 weights in a checkpoint either strategy wrote (--init-from reads them on every rank)."""
+    """The model's float32 weights in a checkpoint any strategy wrote (--init-from reads them on every rank)."""
     state_file = os.path.join(directory, tag, STATE_FILE)
     if os.path.exists(state_file):
         return torch.load(state_file, map_location="cpu", weights_only=True)["model"]
+    if os.path.exists(os.path.join(directory, tag, ".metadata")):  # FSDP2's: the weights' shards put together
+        reader = dcp.FileSystemReader(os.path.join(directory, tag))
+        weights = {name.removeprefix("model."): torch.empty(item.size, dtype=item.properties.dtype)
+                   for name, item in reader.read_metadata().state_dict_metadata.items() if name.startswith("model.")}
+        dcp.load({"model": weights}, storage_reader=reader, no_dist=True)  # each rank reads them on its own
+        return weights
     try:  # DeepSpeed's own layout: the weights rebuilt from its fp32 master copy, whatever the ZeRO stage
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     except ImportError:
@@ -207,10 +271,12 @@ def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
 
 
 def create(config, process: Process) -> Strategy:
-    """DeepSpeed for the deepspeed engine, DDP for every other (a resolved config: its precision is set)."""
+    """DeepSpeed for its engine, FSDP2 for --parallelism fsdp2 on several processes, else DDP (a resolved config)."""
     if config.engine == "deepspeed":
         from .deepspeed_config import deepspeed_config
 
         return DeepSpeed(process, config.precision, deepspeed_config(config, process.world_size, config.precision),
                          config.collective_timeout)
+    if config.parallelism == "fsdp2" and process.distributed:
+        return FullyShardedDataParallel(process, config.precision, config.grad_clip)
     return DataParallel(process, config.precision, config.grad_clip)
