@@ -8,10 +8,8 @@ One definition for the loop's progress lines, its MLflow metrics and metrics.jso
 The FLOPs per token are the task's (`flops_per_token`, optional: the causal LM counts them; a task without it gets
 no MFU); the peak is NVIDIA's, looked up below by the GPU's exact name (no MFU for a GPU not listed, nor on CPU).
 
-Dense 16-bit tensor-core peaks of NVIDIA GPUs. The name is what `torch.cuda.get_device_name()` and
-`nvidia-smi --query-gpu=name` print (e.g. "NVIDIA H100 80GB HBM3"), matched whole, never by substring: "NVIDIA L40"
-is not an L4, "NVIDIA H200 NVL" is not an H200 SXM. Figures are NVIDIA's data-sheet figures without sparsity (the
-data sheets print the sparse figure, twice these). A name not listed gets no figure: MFU is then unknown unless the
+The peaks (`gpu_peaks.yaml` beside this file) are NVIDIA's dense 16-bit figures, by the exact name the driver gives
+(e.g. "NVIDIA H100 80GB HBM3"), never by substring. A name not listed gets no figure: MFU is then unknown unless the
 caller gives a peak.
 """
 
@@ -20,6 +18,9 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 
 @dataclass(frozen=True)
@@ -27,32 +28,12 @@ class Peak:
     model: str
     tflops: float | None  # dense tensor-core TFLOP/s in `precision`; None: NVIDIA publishes none
     precision: str  # "bf16", or "fp16" on GPUs without bfloat16
-    source: str
-
-
-def _hopper(model: str, tflops: float, sheet: str) -> Peak:
-    return Peak(model, tflops, "bf16", f"NVIDIA {sheet} data sheet, BF16 Tensor Core, dense")
+    source: str  # the data sheet
 
 
 # Keys: the driver's names, as `normalised` leaves them.
-PEAKS = {
-    "h100 80gb hbm3": _hopper("H100 SXM", 989.4, "H100"),  # 1,979 with sparsity
-    "h100 pcie": _hopper("H100 PCIe", 756.0, "H100"),  # 1,513 with sparsity
-    "h100 nvl": _hopper("H100 NVL", 835.0, "H100"),  # 1,671 with sparsity
-    "h200": _hopper("H200 SXM", 989.4, "H200"),  # 1,979 with sparsity
-    "h200 nvl": _hopper("H200 NVL", 835.0, "H200"),  # 1,671 with sparsity
-    **{name: Peak(f"A100 {memory}", 312.0, "bf16", "NVIDIA A100 data sheet, BF16 Tensor Core, dense")
-       for name, memory in (("a100-sxm4-40gb", "40GB SXM"), ("a100-sxm4-80gb", "80GB SXM"),
-                            ("a100-pcie-40gb", "40GB PCIe"), ("a100 80gb pcie", "80GB PCIe"))},
-    "a10": Peak("A10", 125.0, "bf16", "NVIDIA A10 data sheet, BF16 Tensor Core, dense"),
-    # AWS's variant of the A10 has no NVIDIA data sheet, and the figures others print for it disagree.
-    "a10g": Peak("A10G", None, "bf16", "NVIDIA publishes no A10G data sheet; set PEAK_TFLOPS to the figure you trust"),
-    "l4": Peak("L4", 121.0, "bf16", "NVIDIA L4 data sheet, BF16 Tensor Core, dense"),
-    "l40": Peak("L40", 181.05, "bf16", "NVIDIA L40 data sheet, BF16 Tensor Core with FP32 accumulate, dense"),
-    "l40s": Peak("L40S", 362.05, "bf16", "NVIDIA L40S data sheet, BF16 Tensor Core, dense"),
-    # Turing has no bfloat16: the check trains in fp16 there, against the fp16 peak.
-    "t4": Peak("T4", 65.0, "fp16", "NVIDIA T4 data sheet, mixed precision FP16/FP32 Tensor Core (no bfloat16)"),
-}
+PEAKS = {name: Peak(**figures) for name, figures in
+         yaml.safe_load(Path(__file__).with_name("gpu_peaks.yaml").read_text()).items()}
 
 
 def normalised(device_name: str) -> str:
@@ -114,10 +95,6 @@ class StepMeter:
         self.examples += examples
         self.data_seconds += data_seconds
         self.updates += 1
-
-    @property
-    def pending(self) -> int:
-        return self.updates
 
     @contextmanager
     def paused(self):
