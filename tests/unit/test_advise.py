@@ -338,8 +338,8 @@ def test_cli_says_when_nothing_fits_with_exit_code_1(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--model", "gpt3", "--cloud", "aws"], "invalid choice: 'gpt3'"),
     (["--model", "gpt2", "--cloud", "mars"], "invalid choice: 'mars'"),
-    (["--params=-5", "--cloud", "aws"], "more than zero"),
-    (["--model", "gpt2", "--cloud", "aws", "--dataset-gb=-1"], "0 GB or more"),
+    (["--params=-5", "--cloud", "aws"], "at least 1 parameter"),
+    (["--model", "gpt2", "--cloud", "aws", "--dataset-gb=-1"], "must be above 0"),
     (["--model", "gpt2", "--cloud", "aws", "--batch-size", "0"], "must be 1 or more"),
 ])
 def test_cli_rejects_bad_values_through_argparse(argv, message, capsys):

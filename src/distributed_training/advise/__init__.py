@@ -51,6 +51,8 @@ VERDICT_RANK = {"allow": 0, "warn": 1, "refuse": 2}
 DATA_CACHE_SHARE = 0.5  # a dataset up to half of a node's memory can be cached there next to everything else
 SPARK_EXPANSION = 2.0  # rows held in memory against compressed Parquet on disk (an assumption: measure with cache())
 SPARK_USABLE = 0.5  # share of a node's memory that Spark gives to cached data and execution
+MAX_SIZE = 10**9  # layers, widths, batch, sequence length: beyond this the arithmetic describes no real model
+MAX_DATASET_GB = 1e9  # an exabyte
 
 ON_GPU_LADDER = (
     Sharding(0), Sharding(0, checkpointing=True), Sharding(1), Sharding(2), Sharding(3),
@@ -173,8 +175,9 @@ def advise(job: Job, catalog: Catalog | None = None) -> Advice:
     catalog = catalog or default_catalog()
     if job.cloud not in CLOUDS:
         raise AdviseError(f"cloud {job.cloud!r} is not one of {', '.join(CLOUDS)}")
-    if job.dataset_gb < 0:
-        raise AdviseError(f"dataset size {job.dataset_gb:g} GB is negative; give the size on disk in GB")
+    if not 0 <= job.dataset_gb <= MAX_DATASET_GB:
+        raise AdviseError(f"dataset size {job.dataset_gb:g} GB is out of range; give the size on disk in GB, from 0 "
+                          f"(not known) to {MAX_DATASET_GB:,.0f}")
     nodes = _nodes_in_scope(job, catalog)
     return _advise_classical(job, nodes) if job.training is None else _advise_gpu(job, nodes)
 
@@ -582,6 +585,8 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    if value > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at most {MAX_SIZE:,}")
     return value
 
 
@@ -590,8 +595,12 @@ def _size_gb(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size in GB") from None
-    if value < 0 or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r}: a size is 0 GB or more")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite size in GB")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above 0 (the dataset's size on disk, in GB)")
+    if value > MAX_DATASET_GB:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at most {MAX_DATASET_GB:,.0f} GB (an exabyte)")
     return value
 
 

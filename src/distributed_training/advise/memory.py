@@ -33,7 +33,6 @@ Toward Training Trillion Parameter Models"), for a model of P parameters:
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -49,6 +48,7 @@ _MOMENT_NAMES = {"adamw": "AdamW m, v", "adam": "Adam m, v", "sgd-momentum": "SG
 _MASTER_WEIGHT_BYTES = 4
 _LOGIT_BYTES = 4
 _COUNT_SUFFIXES = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+MAX_PARAMS = 1e15  # 1,000T: 16 PB of training state, far beyond any cluster `advise` sizes
 OFFLOADS = ("none", "optimizer", "optimizer+weights")
 
 
@@ -90,8 +90,8 @@ def parse_count(text: str) -> float:
     if not match:
         raise ValueError(f"{text!r} is not a parameter count; write it as 1.3e9, 1.3B or 350M")
     value = float(match.group(1)) * _COUNT_SUFFIXES[match.group(2).lower()]
-    if value <= 0 or not math.isfinite(value):
-        raise ValueError(f"{text!r}: a model has a finite number of parameters, more than zero")
+    if not 1 <= value <= MAX_PARAMS:
+        raise ValueError(f"{text!r}: a model has at least 1 parameter and at most 1e15 (1,000T)")
     return value
 
 
@@ -104,6 +104,8 @@ def format_count(count: float) -> str:
 
 
 def format_gb(value: float) -> str:
+    if value >= 1e9:  # an exabyte and more: the digits would not be read
+        return f"{value:.3g} GB"
     return f"{value:,.2f} GB" if value >= 0.01 or value == 0 else f"{value * 1000:.3g} MB"
 
 

@@ -7,7 +7,8 @@ authentication or API error); 124 the --timeout wait ended while the run goes on
 
 Every wait is bounded, from the first request (the SDK's own, made while it reads its configuration): a host that
 never answers is given --connect-timeout seconds in all, a workspace that answers only with errors --api-patience
-seconds (see `connection`). The job key is checked against the bundle before any request.
+seconds (see `connection`). The job key is checked against the bundle before any request, and so is whether there
+are credentials at all (see `credentials`).
 
 Authentication is the Databricks SDK's own: a profile (--profile, else the target's workspace.profile, else
 DEFAULT in ~/.databrickscfg), DATABRICKS_* environment variables, OAuth. No token is read from or written to any
@@ -35,10 +36,6 @@ SDK_RETRY_SECONDS = 60
 SDK_HTTP_SECONDS = 60
 # How long a host that has not answered yet is given, from the first request, before `run` gives up on it.
 CONNECT_SECONDS = 45
-
-
-class CannotAuthenticate(RuntimeError):
-    """The SDK found no usable credentials."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
     from ..bundle.loader import NotABundle
+    from .credentials import CannotAuthenticate
     from .deployment import DeploymentError, check_job_key, find_deployed_job, read_bundle_target
     from .patience import Patience, WorkspaceUnavailable
     from .progress import ProgressLine
@@ -142,6 +140,7 @@ def _workspace_client(profile: str | None, *, connect_seconds: float = CONNECT_S
     from databricks.sdk.config import Config
 
     from .connection import WorkspaceLink
+    from .credentials import LOGIN_FIX, CannotAuthenticate, check_credentials
 
     _quiet_sdk_logs()
     reach = min(connect_seconds, patience_seconds)
@@ -150,21 +149,26 @@ def _workspace_client(profile: str | None, *, connect_seconds: float = CONNECT_S
     if "http_adapter" in inspect.signature(Config.__init__).parameters:  # databricks-sdk 0.120+
         options["http_adapter"] = WorkspaceLink(reach_seconds=reach, patience_seconds=patience_seconds)
     try:
+        check_credentials(profile)  # before the SDK's first request: nothing to authenticate with costs no wait
         config = Config(profile=profile, **options)
     except ValueError as error:
         reason = " ".join(str(error).split())
-        raise CannotAuthenticate(f"cannot authenticate to the workspace: {reason}; fix: `databricks auth login "
-                                 "--host https://<workspace>` (then --profile NAME), or set DATABRICKS_HOST and "
-                                 "DATABRICKS_TOKEN") from error
+        raise CannotAuthenticate(f"cannot authenticate to the workspace: {reason}; fix: "
+                                 + LOGIN_FIX.format(config_file="~/.databrickscfg")) from error
     return WorkspaceClient(config=config)
 
 
 def _quiet_sdk_logs() -> None:
     """The SDK logs a warning when its first request fails, and Python prints it when nothing handles logs: `run`
-    says what went wrong itself, in one line. Logging configured by the caller still gets the SDK's records."""
+    says what went wrong itself, in one line. Logging configured by the caller still gets the SDK's records.
+
+    Where nothing is configured, the SDK's records also stop here: the SDK configures the root logger itself the
+    first time it runs the Databricks CLI (a module-level `logging.debug`), which would print its later warnings.
+    """
     logger = logging.getLogger("databricks.sdk")
     if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
         logger.addHandler(logging.NullHandler())
+        logger.propagate = bool(logging.getLogger().handlers)
 
 
 def _current_user(workspace, patience) -> str | None:
