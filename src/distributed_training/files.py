@@ -12,7 +12,6 @@ from typing import BinaryIO, Callable
 
 
 def write_atomically(path: str, write: Callable[[BinaryIO], object], mode: int | None = None) -> None:
-    """Call write(file) on a temporary file beside `path`, then rename it into place."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     partial = f"{path}.partial-{os.getpid()}"
     try:

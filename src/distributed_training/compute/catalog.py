@@ -13,7 +13,8 @@ CATALOG_FILE = Path(__file__).with_name("node_types.yaml")
 CLOUDS = ("azure", "aws", "gcp")
 MULTI_NODE_VERDICTS = ("allow", "warn", "refuse")
 NETWORKS = ("none", "standard", "accelerated", "infiniband", "efa")
-FAMILY_FIELDS = ("family", "cloud", "gpu_model", "gpu_memory_gb", "network", "multi_node", "reason", "source", "node_types")
+FAMILY_FIELDS = ("family", "cloud", "gpu_model", "gpu_memory_gb", "network", "multi_node", "reason", "source",
+                 "node_types")
 NODE_FIELDS = ("id", "gpus", "vcpus", "memory_gb")
 
 
@@ -53,9 +54,8 @@ class CatalogError(ValueError):
 
 class Catalog:
     def __init__(self, node_types: list[NodeType], defaults: dict[str, dict[str, str]]):
-        self.node_types = node_types
+        self.node_types, self.defaults = node_types, defaults
         self._by_id = {node.id: node for node in node_types}
-        self.defaults = defaults
 
     def find(self, node_type_id: str) -> NodeType | None:
         return self._by_id.get(node_type_id)
@@ -64,8 +64,8 @@ class Catalog:
         return [node for node in self.node_types if node.family == family]
 
     def closest(self, node_type_id: str, cloud: str | None = None, count: int = 3) -> list[str]:
-        candidates = [node.id for node in self.node_types if (cloud is None or node.cloud == cloud) and not node.retired]
-        by_lower = {name.lower(): name for name in candidates}
+        by_lower = {node.id.lower(): node.id for node in self.node_types
+                    if (cloud is None or node.cloud == cloud) and not node.retired}
         matches = difflib.get_close_matches(node_type_id.lower(), list(by_lower), n=count, cutoff=0.5)
         return [by_lower[match] for match in matches]
 
@@ -77,13 +77,9 @@ def _family_node_types(family: dict, where: str) -> list[NodeType]:
     missing = [name for name in FAMILY_FIELDS if name not in family]
     if missing:
         raise CatalogError(f"{where}: family {family.get('family', '?')!r} lacks {', '.join(missing)}")
-    if family["cloud"] not in CLOUDS:
-        raise CatalogError(f"{where}: family {family['family']!r} has cloud {family['cloud']!r}; use one of {CLOUDS}")
-    if family["multi_node"] not in MULTI_NODE_VERDICTS:
-        raise CatalogError(f"{where}: family {family['family']!r} has multi_node {family['multi_node']!r}; "
-                           f"use one of {MULTI_NODE_VERDICTS}")
-    if family["network"] not in NETWORKS:
-        raise CatalogError(f"{where}: family {family['family']!r} has network {family['network']!r}; use one of {NETWORKS}")
+    for key, allowed in (("cloud", CLOUDS), ("multi_node", MULTI_NODE_VERDICTS), ("network", NETWORKS)):
+        if family[key] not in allowed:
+            raise CatalogError(f"{where}: family {family['family']!r} has {key} {family[key]!r}; use one of {allowed}")
     retired = family.get("retired")
     if retired is not None:
         missing = [name for name in ("date", "source", "replacements")
@@ -102,8 +98,7 @@ def _family_node_types(family: dict, where: str) -> list[NodeType]:
             gpu_model=family["gpu_model"], gpu_memory_gb=float(family["gpu_memory_gb"]), vcpus=int(entry["vcpus"]),
             memory_gb=float(entry["memory_gb"]), network=family["network"], multi_node=family["multi_node"],
             reason=family["reason"], source=family["source"], notes=family.get("notes"),
-            multi_gpu_broken=bool(entry.get("multi_gpu_broken", False)), retired=retired,
-        ))
+            multi_gpu_broken=bool(entry.get("multi_gpu_broken", False)), retired=retired))
     return node_types
 
 

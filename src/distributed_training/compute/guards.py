@@ -22,6 +22,7 @@ from .runtime import Runtime, effective, parse_runtime, version_text, versions
 STANDARD_MODES = ("USER_ISOLATION", "DATA_SECURITY_MODE_STANDARD")
 # Custom tag on a cluster that records the user's "I know this node type" answer.
 OVERRIDE_TAG = "allow_unknown_node_type"
+At = Callable[[str], str]  # at(field): where a finding points (the field's path in the bundle, or the answer's name)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def check_cluster(request: ClusterRequest, path: str | None = None, catalog: Cat
 
 def _unknown_node_type(request: ClusterRequest, catalog: Catalog, path: str) -> Finding:
     closest = catalog.closest(request.node_type_id, request.cloud) or catalog.closest(request.node_type_id)
-    message = f"node type {request.node_type_id!r} is not in the catalog" + (f" for {request.cloud}" if request.cloud else "")
+    cloud = f" for {request.cloud}" if request.cloud else ""
+    message = f"node type {request.node_type_id!r} is not in the catalog{cloud}"
     if request.allow_unknown_node_type:
         return Finding("unknown-node-type", message + "; accepted because unknown node types were allowed",
                        "check its GPUs and network yourself: no guard can", path=path, severity="warning")
@@ -87,7 +89,7 @@ def _unknown_node_type(request: ClusterRequest, catalog: Catalog, path: str) -> 
                    f"(recorded as the cluster's custom tag {OVERRIDE_TAG}) if you know it is right", path=path)
 
 
-def _node_rules(request: ClusterRequest, node: NodeType, catalog: Catalog, at: Callable[[str], str]) -> Iterator[Finding]:
+def _node_rules(request: ClusterRequest, node: NodeType, catalog: Catalog, at: At) -> Iterator[Finding]:
     if node.retired:
         yield Finding("retired-node-type", f"{node.id} was retired by {node.cloud} on {node.retired.date} "
                       f"({node.retired.source}): a cluster of it cannot start",
@@ -126,7 +128,7 @@ def _node_rules(request: ClusterRequest, node: NodeType, catalog: Catalog, at: C
                       severity="error" if node.cloud == "aws" else "warning")
 
 
-def _node_runtime_rules(node: NodeType, runtime: Runtime, at: Callable[[str], str]) -> Iterator[Finding]:
+def _node_runtime_rules(node: NodeType, runtime: Runtime, at: At) -> Iterator[Finding]:
     if node.has_gpu and not runtime.gpu:
         yield Finding("gpu-node-cpu-runtime", f"{node.id} has {node.gpus} GPU(s) but {runtime.spark_version} "
                       "runs without GPU support", f"set use_ml_runtime: true with {versions()['runtime']} (or a GPU "
@@ -139,19 +141,18 @@ def _node_runtime_rules(node: NodeType, runtime: Runtime, at: Callable[[str], st
                       f"use {versions()['runtime']} with use_ml_runtime: true", path=at("spark_version"))
 
 
-def _access_rules(request: ClusterRequest, node: NodeType | None, runtime: Runtime,
-                  at: Callable[[str], str]) -> Iterator[Finding]:
+def _access_rules(request: ClusterRequest, node: NodeType | None, runtime: Runtime, at: At) -> Iterator[Finding]:
     if request.data_security_mode in STANDARD_MODES and (runtime.ml or (node is not None and node.has_gpu)):
-        yield Finding("ml-on-standard-access",
-                      f"Standard access mode ({request.data_security_mode}) supports neither ML runtimes nor GPUs",
-                      f"set data_security_mode: {versions()['access_modes']['dedicated']}", path=at("data_security_mode"))
+        yield Finding("ml-on-standard-access", f"Standard access mode ({request.data_security_mode}) supports neither "
+                      "ML runtimes nor GPUs", f"set data_security_mode: {versions()['access_modes']['dedicated']}",
+                      path=at("data_security_mode"))
     if node is not None and node.has_gpu and (request.runtime_engine or "").upper() == "PHOTON":
         yield Finding("photon-on-gpu", f"Photon is not supported on GPU node {node.id}",
                       "remove runtime_engine: PHOTON (or set STANDARD)", path=at("runtime_engine"))
 
 
 def _engine_rules(engine: str, request: ClusterRequest, node: NodeType | None, runtime: Runtime,
-                  at: Callable[[str], str]) -> Iterator[Finding]:
+                  at: At) -> Iterator[Finding]:
     if engine not in REQUIREMENTS:
         yield Finding("unknown-engine", f"engine {engine!r} is not one of {', '.join(ENGINES)}",
                       f"use one of {', '.join(ENGINES)}", path=at("engine"))
@@ -179,9 +180,9 @@ def _engine_rules(engine: str, request: ClusterRequest, node: NodeType | None, r
         yield Finding("gpu-unused", f"{engine} trains on CPUs; the GPUs of {node.id} would sit idle",
                       "use a CPU node type (Standard_D8ds_v5, m5d.2xlarge, n2-standard-8)",
                       path=at("node_type_id"), severity="warning")
-    wanted = needs.task_gpu_amount
-    actual = request.spark_conf.get("spark.task.resource.gpu.amount")
+    wanted, actual = needs.task_gpu_amount, request.spark_conf.get("spark.task.resource.gpu.amount")
     if node.has_gpu and request.num_workers > 0 and wanted is not None and actual != wanted:
         yield Finding("gpu-task-amount", f"{engine} on a multi-node GPU cluster needs spark.task.resource.gpu.amount "
                       f"{wanted}; it is {actual if actual is not None else 'not set'}",
-                      f'set spark.task.resource.gpu.amount: "{wanted}" in the cluster\'s spark_conf', path=at("spark_conf"))
+                      f'set spark.task.resource.gpu.amount: "{wanted}" in the cluster\'s spark_conf',
+                      path=at("spark_conf"))

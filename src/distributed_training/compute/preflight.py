@@ -40,37 +40,26 @@ class ObservedCluster:
 
 
 def observe(spark) -> ObservedCluster:
-    """What this driver sees: its GPUs, the Spark master, the workers and the confs that matter."""
     import torch
 
     conf = {key: value for key, value in spark.sparkContext.getConf().getAll()}
-    master = conf.get("spark.master", "")
     workers = conf.get(WORKERS_CONF)
     if workers is None:  # off Databricks: count the executors the driver knows, less the driver itself
         workers = max(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1, 0)
-    return ObservedCluster(
-        master=master,
-        driver_gpus=torch.cuda.device_count(),
-        workers=int(workers),
-        spark_conf=conf,
-        node_type_id=conf.get(NODE_TYPE_CONF),
-        spark_version=conf.get(SPARK_VERSION_CONF),
-    )
+    return ObservedCluster(master=conf.get("spark.master", ""), driver_gpus=torch.cuda.device_count(),
+                           workers=int(workers), spark_conf=conf, node_type_id=conf.get(NODE_TYPE_CONF),
+                           spark_version=conf.get(SPARK_VERSION_CONF))
 
 
 def check(request: TrainingRequest, observed: ObservedCluster) -> list[Finding]:
     findings = list(_hardware_findings(request, observed))
     if observed.node_type_id and observed.spark_version:
+        # use_ml_runtime=True: a cluster made with it may report its plain key, and a torch engine that got this far
+        # imported torch, so its runtime is an ML one whatever the key says.
         as_running = ClusterRequest(
-            node_type_id=observed.node_type_id,
-            num_workers=0 if observed.single_node else observed.workers,
-            spark_version=observed.spark_version,
-            engines=(request.engine,),
-            spark_conf=observed.spark_conf,
-            # A cluster made with use_ml_runtime: true may report its plain key; a torch engine that got this far
-            # imported torch, so its runtime is an ML one whatever the key says.
-            use_ml_runtime=True,
-        )
+            node_type_id=observed.node_type_id, num_workers=0 if observed.single_node else observed.workers,
+            spark_version=observed.spark_version, engines=(request.engine,), spark_conf=observed.spark_conf,
+            use_ml_runtime=True)
         # A node type missing from the catalog is not a reason to stop a job that is already running.
         findings += [finding for finding in check_cluster(as_running) if finding.rule != "unknown-node-type"]
     return findings

@@ -22,11 +22,9 @@ class EngineRequirements:
     task_gpu_amount: str | None = None
 
 
-REQUIREMENTS = {
-    TORCH_DISTRIBUTOR: EngineRequirements(TORCH_DISTRIBUTOR, (13, 0), needs_gpu=False, uses_gpu=True, task_gpu_amount="1"),
-    DEEPSPEED: EngineRequirements(DEEPSPEED, (14, 0), needs_gpu=True, uses_gpu=True, task_gpu_amount="1"),
-    RAY: EngineRequirements(RAY, (12, 2), needs_gpu=False, uses_gpu=True, task_gpu_amount="0"),
-    SPARK_ML_CONNECT: EngineRequirements(
-        SPARK_ML_CONNECT, (14, 0), needs_gpu=False, uses_gpu=False, min_standard_runtime=(17, 0)
-    ),
-}
+REQUIREMENTS = {needs.name: needs for needs in (
+    EngineRequirements(TORCH_DISTRIBUTOR, (13, 0), needs_gpu=False, uses_gpu=True, task_gpu_amount="1"),
+    EngineRequirements(DEEPSPEED, (14, 0), needs_gpu=True, uses_gpu=True, task_gpu_amount="1"),
+    EngineRequirements(RAY, (12, 2), needs_gpu=False, uses_gpu=True, task_gpu_amount="0"),
+    EngineRequirements(SPARK_ML_CONNECT, (14, 0), needs_gpu=False, uses_gpu=False, min_standard_runtime=(17, 0)),
+)}

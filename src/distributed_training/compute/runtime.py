@@ -12,11 +12,9 @@ import yaml
 
 VERSIONS_FILE = Path(__file__).with_name("versions.yaml")
 
-_SPARK_VERSION = re.compile(
-    r"^(?P<major>\d+)\.(?P<minor>\d+)\.x"
-    r"(?P<flavour>(-cpu-ml|-gpu-ml|-ml|-photon|-aarch64-photon|-aarch64)?)"
-    r"-scala(?P<scala>\d+\.\d+)$"
-)
+_SPARK_VERSION = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d+)\.x"
+                            r"(?P<flavour>(-cpu-ml|-gpu-ml|-ml|-photon|-aarch64-photon|-aarch64)?)"
+                            r"-scala(?P<scala>\d+\.\d+)$")
 
 
 @dataclass(frozen=True)
@@ -39,19 +37,12 @@ class Runtime:
 
 
 def parse_runtime(spark_version: str) -> Runtime | None:
-    """The runtime a `spark_version` names, or None when it is not a Databricks Runtime version string."""
     match = _SPARK_VERSION.match(spark_version.strip())
     if not match:
         return None
     flavour = match["flavour"]
-    return Runtime(
-        spark_version=spark_version,
-        major=int(match["major"]),
-        minor=int(match["minor"]),
-        ml="ml" in flavour,
-        gpu="gpu" in flavour,
-        photon="photon" in flavour,
-    )
+    return Runtime(spark_version=spark_version, major=int(match["major"]), minor=int(match["minor"]),
+                   ml="ml" in flavour, gpu="gpu" in flavour, photon="photon" in flavour)
 
 
 def effective(runtime: Runtime, use_ml_runtime: bool, gpu_node: bool) -> Runtime:

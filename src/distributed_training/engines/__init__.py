@@ -8,7 +8,6 @@ specialises TorchDistributor. Ray Train runs the same loop on a Ray cluster; Spa
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 from dataclasses import dataclass

@@ -2,8 +2,8 @@
 
 Spark writes the task's prepared rows once (`staging`), one file per process for each split; every rank then reads
 only its own files, with pyarrow. Token ids (a task that defines `tokenize`) a rank copies once to its node's local
-disk and memory-maps: its own memory does not grow with the corpus. Nothing here needs Spark or torch: the serverless stage task writes the
-manifest without torch, and torchrun's processes read the files without Spark.
+disk and memory-maps: its own memory does not grow with the corpus. Nothing here needs Spark or torch: the serverless
+stage task writes the manifest without torch, and torchrun's processes read the files without Spark.
 """
 
 from __future__ import annotations
@@ -23,15 +23,13 @@ LOCAL_DISK = "/local_disk0/tmp"  # a Databricks node's local SSD; elsewhere, the
 
 @dataclass(frozen=True)
 class StagedData:
-    """Where the prepared splits are, how many rows each has, and the task's statistics of the training split."""
-
     directory: str  # holds train/, test/ and the manifest
     task: str  # the task module that prepared the rows
     source: str  # the table or path they came from
     train_rows: int
     test_rows: int
     files_per_split: int  # the number of processes it was staged for
-    stats: dict
+    stats: dict  # the task's statistics of the training split
     recipe: dict = field(default_factory=dict)  # what decides the rows: task, its options, seed, source's fingerprint
     token_dtype: str | None = None  # e.g. "uint16": the splits hold token ids (a task that tokenizes); None: rows
     staging_id: str = ""  # new at every staging: names the ranks' local copies of the tokens

@@ -16,10 +16,8 @@ LOOP_OWNED = ("optimizer", "scheduler", "bf16", "fp16", "gradient_clipping", "tr
 
 def deepspeed_config(config: Config, world_size: int, precision: str) -> dict:
     """ZeRO stage and offload from the options, else from config.deepspeed_config, else ZeRO 2 without offload."""
-    base = dict(config.deepspeed_config or {})
+    base = {name: value for name, value in (config.deepspeed_config or {}).items() if name not in LOOP_OWNED}
     zero = dict(base.pop("zero_optimization", {}))
-    for name in LOOP_OWNED:
-        base.pop(name, None)
     if config.zero_stage is not None:
         zero["stage"] = config.zero_stage
     zero.setdefault("stage", 2)
@@ -31,16 +29,13 @@ def deepspeed_config(config: Config, world_size: int, precision: str) -> dict:
         if config.offload == "optimizer+weights":
             zero["offload_param"] = {"device": "cpu"}
     generated = {
-        **base,
-        "train_micro_batch_size_per_gpu": config.batch_size,
+        **base, "train_micro_batch_size_per_gpu": config.batch_size,
         "gradient_accumulation_steps": config.grad_accumulation,
         "train_batch_size": config.batch_size * config.grad_accumulation * world_size,
-        "gradient_clipping": config.grad_clip,
-        "zero_optimization": zero,
+        "gradient_clipping": config.grad_clip, "zero_optimization": zero,
         # The loop's AdamW is torch's: DeepSpeed's own CPU Adam would be compiled on first use (a compiler and the
         # CUDA toolkit on every node); these two let ZeRO and its offload take torch's optimizer.
-        "zero_allow_untested_optimizer": True,
-        "zero_force_ds_cpu_optimizer": False,
+        "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
         "steps_per_print": STEPS_PER_PRINT,
     }
     if precision != "fp32":

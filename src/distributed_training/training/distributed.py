@@ -41,11 +41,10 @@ def start(use_gpu: bool, timeout_seconds: float = 1800) -> Process:
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if use_gpu:
         if local_rank >= torch.cuda.device_count():
-            raise RuntimeError(
-                f"rank {rank} (local rank {local_rank}) needs a GPU, but this process sees "
-                f"{torch.cuda.device_count()} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}): "
-                "start one process per visible GPU, or train on CPU"
-            )
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            raise RuntimeError(f"rank {rank} (local rank {local_rank}) needs a GPU, but this process sees "
+                               f"{torch.cuda.device_count()} (CUDA_VISIBLE_DEVICES={visible!r}): start one process per "
+                               "visible GPU, or train on CPU")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
@@ -75,13 +74,11 @@ def leave_now() -> None:
 
 
 def barrier(process: Process) -> None:
-    """Wait until every rank gets here."""
     if process.distributed:
         dist.barrier()
 
 
 def sum_over_ranks(process: Process, *values: float) -> list[float]:
-    """Each value summed over all ranks (the values themselves on a single process)."""
     return _reduce(process, values, dist.ReduceOp.SUM)
 
 

@@ -44,7 +44,7 @@ STATE_FILE = "state.pt"
 
 
 class Strategy:
-    """What both strategies share: the device and the precision."""
+    """What every strategy shares: the device, the precision and the learning rate's schedule."""
 
     def __init__(self, process: Process, precision: str):
         self.process, self.precision = process, precision
@@ -78,14 +78,15 @@ class DataParallel(Strategy):
     """One process: the model as it is. Several: DistributedDataParallel. Weights and optimizer state in float32;
     fp16 gets a gradient scaler."""
 
+    scaler_type = torch.amp.GradScaler
+
     def __init__(self, process: Process, precision: str, grad_clip: float):
         super().__init__(process, precision)
         self.grad_clip = grad_clip
-        self.scaler = torch.amp.GradScaler(process.device.type, enabled=precision == "fp16")
+        self.scaler = self.scaler_type(process.device.type, enabled=precision == "fp16")
 
     def prepare(self, model: torch.nn.Module, make_optimizer: Callable, schedule: Callable[[int], float]) -> None:
-        self.module = model.to(self.process.device)
-        self.model = self.module
+        self.model = self.module = model.to(self.process.device)
         if self.process.distributed:
             device_ids = [self.process.local_rank] if self.process.device.type == "cuda" else None
             self.model = DistributedDataParallel(self.module, device_ids=device_ids)
@@ -109,8 +110,7 @@ class DataParallel(Strategy):
         if self.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.grad_clip)
         else:
-            norm = torch.nn.utils.get_total_norm([parameter.grad for parameter in self.module.parameters()
-                                                  if parameter.grad is not None])
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self.module.parameters() if p.grad is not None])
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
@@ -120,7 +120,7 @@ class DataParallel(Strategy):
     def save(self, directory: str, tag: str) -> None:
         """Rank 0 writes the training state (the same on every rank under DDP) to directory/tag/state.pt."""
         if self.process.is_main:
-            state = {"model": plain_weights(self.module), "optimizer": self.optimizer.state_dict(),
+            state = {"model": unwrapped(self.module).state_dict(), "optimizer": self.optimizer.state_dict(),
                      "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict()}
             write_atomically(os.path.join(directory, tag, STATE_FILE), lambda file: torch.save(state, file))
 
@@ -134,7 +134,7 @@ class DataParallel(Strategy):
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's weights, float32 on the CPU (every rank calls it)."""
-        return {name: value.detach().float().cpu() for name, value in plain_weights(self.module).items()}
+        return {name: value.detach().float().cpu() for name, value in unwrapped(self.module).state_dict().items()}
 
 
 class FullyShardedDataParallel(DataParallel):
@@ -142,9 +142,7 @@ class FullyShardedDataParallel(DataParallel):
     the model's ModuleLists (a transformer's layers) is a unit gathered in 16-bit where mixed precision is on, just
     before it runs; the rest (embeddings, tied or not, heads) is the root's. Checkpoints are DCP: a shard per rank."""
 
-    def __init__(self, process: Process, precision: str, grad_clip: float):
-        super().__init__(process, precision, grad_clip)
-        self.scaler = ShardedGradScaler(process.device.type, enabled=precision == "fp16")
+    scaler_type = ShardedGradScaler
 
     def prepare(self, model: torch.nn.Module, make_optimizer: Callable, schedule: Callable[[int], float]) -> None:
         mesh = init_device_mesh(self.process.device.type, (self.process.world_size,))
@@ -237,18 +235,13 @@ class DeepSpeed(Strategy):
         if self.model.zero_optimization_partition_weights():  # ZeRO 3: every rank holds a slice of each weight
             state = self.model._zero3_consolidated_16bit_state_dict() or {}
         else:
-            state = plain_weights(self.module)
+            state = unwrapped(self.module).state_dict()
         return {name: value.detach().float().cpu() for name, value in state.items()}
 
 
 def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
-    """The model torch.compile wrapped, or the model itself."""
+    """The model torch.compile wrapped (its weights under the plain model's names), or the model itself."""
     return getattr(model, "_orig_mod", model)
-
-
-def plain_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The model's state dict under the names of the plain model, compiled or not."""
-    return unwrapped(model).state_dict()
 
 
 def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:

@@ -5,12 +5,9 @@ One definition for the loop's progress lines, its MLflow metrics and metrics.jso
 
     MFU = tokens/s x the model's training FLOPs per token / (GPUs x one GPU's dense 16-bit peak FLOP/s)
 
-The FLOPs per token are the task's (`flops_per_token`, optional: the causal LM counts them; a task without it gets
-no MFU); the peak is NVIDIA's, looked up below by the GPU's exact name (no MFU for a GPU not listed, nor on CPU).
-
-The peaks (`gpu_peaks.yaml` beside this file) are NVIDIA's dense 16-bit figures, by the exact name the driver gives
-(e.g. "NVIDIA H100 80GB HBM3"), never by substring. A name not listed gets no figure: MFU is then unknown unless the
-caller gives a peak.
+The FLOPs per token are the task's (`flops_per_token`: the causal LM counts them; a task without it gets no MFU). The
+peaks (`gpu_peaks.yaml` beside this file) are NVIDIA's dense 16-bit figures by the exact name the driver gives (e.g.
+"NVIDIA H100 80GB HBM3"), never by substring: a GPU not listed, or a CPU, gets no MFU unless the caller gives a peak.
 """
 
 from __future__ import annotations
@@ -120,8 +117,7 @@ class StepMeter:
             self.process, float(self.loss_sum), float(self.examples), self.data_seconds)
         settled = {"loss_sum": loss_sum, "items": float(self.items), "examples": examples,  # items: over all already
                    "data_seconds": data_seconds, "updates": self.updates, "seconds": now - self.settled_at}
-        self.loss_sum, self.items, self.examples, self.data_seconds, self.updates = (
-            self.zero(), self.zero(), 0, 0.0, 0)
+        self.loss_sum, self.items, self.examples, self.data_seconds, self.updates = self.zero(), self.zero(), 0, 0.0, 0
         self.settled_at = now
         for name in self.FIELDS:
             self.window[name] += settled[name]
@@ -150,6 +146,5 @@ class StepMeter:
         return figures
 
     def totals(self) -> dict:
-        """The run's rates in this process, its first settlement left out where there are others."""
         steady = self.settlements[1:] or self.settlements
         return self.rates(*(sum(part[name] for part in steady) for name in ("items", "examples", "seconds")))

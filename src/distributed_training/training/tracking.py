@@ -16,10 +16,6 @@ import os
 
 from ..config import Config
 
-LOCAL_TRACKING_DIR = "mlruns"
-JOB_RUN_TAG = "job_run_id"  # the platform's job run that trained it
-
-
 WORKSPACE_PREFIX = "/Workspace/"
 
 
@@ -37,7 +33,7 @@ def experiment_name(config: Config) -> str:
 
 def tracking_uri(config: Config) -> str | None:
     if config.local and not os.environ.get("MLFLOW_TRACKING_URI"):
-        return "file:" + os.path.join(config.output_dir, LOCAL_TRACKING_DIR)
+        return "file:" + os.path.join(config.output_dir, "mlruns")
     return None  # MLflow's own choice from the environment
 
 
@@ -60,7 +56,14 @@ class Tracker:
             os.environ.update(environment)  # before MLflow is imported: it may read them at import time
             if is_file_store(tracking_uri(config) or os.environ.get("MLFLOW_TRACKING_URI", "databricks")):
                 os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3 refuses a folder of runs unless told
-            self.mlflow = _import_mlflow(log)
+            try:
+                import mlflow
+                import mlflow.pytorch  # noqa: F401 (the model flavour, loaded now so that a missing part shows here)
+            except ImportError as error:
+                log(f"MLflow is not installed ({error}): training continues without tracking. Install mlflow-skinny "
+                    "(it is part of Databricks Runtime ML) to record params, metrics and the model")
+            else:
+                self.mlflow = mlflow
 
     @property
     def active(self) -> bool:
@@ -85,9 +88,8 @@ class Tracker:
             run = mlflow.start_run()
             mlflow.log_params(params)
             if self.config.job_run_id:
-                mlflow.set_tag(JOB_RUN_TAG, self.config.job_run_id)
-        self.log(f"MLflow: run {run.info.run_id} in experiment {run.info.experiment_id} at "
-                 f"{mlflow.get_tracking_uri()}")
+                mlflow.set_tag("job_run_id", self.config.job_run_id)  # the platform's job run that trained it
+        self.log(f"MLflow: run {run.info.run_id} in experiment {run.info.experiment_id} at {mlflow.get_tracking_uri()}")
         return run.info.run_id
 
     def log_step(self, step: int, figures: dict) -> None:
@@ -126,14 +128,3 @@ class Tracker:
         if self.owns_tracking_uri:
             self.mlflow.set_tracking_uri(None)
             self.owns_tracking_uri = False
-
-
-def _import_mlflow(log):
-    try:
-        import mlflow
-        import mlflow.pytorch  # noqa: F401 (the model flavour, loaded with it so that a missing part shows here)
-    except ImportError as error:
-        log(f"MLflow is not installed ({error}): training continues without tracking. Install mlflow-skinny "
-            "(it is part of Databricks Runtime ML) to record params, metrics and the model")
-        return None
-    return mlflow
