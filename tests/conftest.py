@@ -34,6 +34,63 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+# DeepSpeed's CPU op from scratch: under a minute on 2 quiet cores, 2.5 to 3 at a load average of 8, 8 at 13. It runs
+# inside the per-test timeout (pyproject.toml) of the first test that needs it.
+OP_BUILD_BOUND_S = 1500
+
+
+@pytest.fixture(scope="session")
+def deepspeed_cpu_op(tmp_path_factory) -> str:
+    """A torch extensions folder (what TORCH_EXTENSIONS_DIR names) holding DeepSpeed's CPU communication op, built
+    once per test session under a generous bound, so that no test pays for the build inside its own bounds.
+
+    The session's own folder, not torch's default (~/.cache/torch_extensions/py311_cpu), which every interpreter of
+    the machine shares: another virtual environment that uses DeepSpeed (a generated project's, another checkout's)
+    rebuilds the op there for its own paths, so what a test finds there may be built for somewhere else, or locked
+    by a build in progress."""
+    from distributed_training.engines.deepspeed import build_cpu_communication_op
+
+    folder = str(tmp_path_factory.mktemp("torch_extensions"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_EXTENSIONS_DIR", folder)
+        patch.setenv("PATH", _interpreter_first_on_path())
+        build_cpu_communication_op(timeout=OP_BUILD_BOUND_S)
+    return folder
+
+
+def _interpreter_first_on_path() -> str:
+    """PATH with this interpreter's folder first, as the processes the tests start have it: torch builds with the
+    first `ninja` on PATH, and a build log written by another ninja version (the venv's pip `ninja` 1.13 against the
+    system's 1.11) is discarded, so the whole op builds again."""
+    return os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
+
+
+@pytest.fixture
+def deepspeed_op_built(deepspeed_cpu_op, monkeypatch) -> str:
+    """For tests that run DeepSpeed on CPU: this test and every process it starts find the op built already (the
+    session's folder), as a second run on a cluster does. Returns the op's own folder."""
+    from distributed_training.engines.deepspeed import _extension_folder
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", deepspeed_cpu_op)
+    monkeypatch.setenv("PATH", _interpreter_first_on_path())  # the ninja that built it: nothing builds again
+    return _extension_folder()
+
+
+@pytest.fixture
+def no_spark_starts(monkeypatch):
+    """`train` refused or done before anything started: the test fails where a run would start its Spark session
+    (a local one, or the cluster's), which comes before staging and any training process. Wall time cannot say
+    this on a busy machine: starting Spark costs seconds on 2 quiet cores, and a refusal can take as long on 2 busy
+    ones."""
+    from distributed_training import launch
+
+    def started(*_args, **_kwargs):
+        pytest.fail("a Spark session was started: the refusal must come before it", pytrace=False)
+
+    monkeypatch.setattr(launch, "_local_session", started)
+    monkeypatch.setattr(launch, "_cluster_session", started)
+
+
 @pytest.fixture(scope="session")
 def render_into():
     """`render_template(output_dir, **answers)`, for fixtures of any scope that need a project of their own."""

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.engine
 
 
 @pytest.mark.parametrize("task, accumulation", [(FARE, 2), (LANGUAGE, 1)])
-def test_two_processes_learn_under_zero_2_and_record_the_run(spark, staged_run, task, accumulation, monkeypatch):
+def test_two_processes_learn_under_zero_2_and_record_the_run(spark, staged_run, task, accumulation, monkeypatch,
+                                                            deepspeed_op_built):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     config = staged_run(task, engine="deepspeed", epochs=3, grad_accumulation=accumulation, tracking=True,
                         zero_stage=2)

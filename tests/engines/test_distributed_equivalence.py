@@ -121,7 +121,8 @@ def test_two_ranks_held_out_metrics_are_one_process_s_over_the_same_examples(sta
 
 
 @pytest.mark.parametrize("accumulation", [1, 3])
-def test_deepspeed_zero_2_takes_the_steps_ddp_takes(staged_task, ddp_ranks, tmp_path, accumulation):
+def test_deepspeed_zero_2_takes_the_steps_ddp_takes(staged_task, ddp_ranks, tmp_path, accumulation,
+                                                   deepspeed_op_built):
     config, _, per_rank = staged_task
     zero = dataclasses.replace(config, grad_accumulation=accumulation, engine="deepspeed", zero_stage=2)
     by_ddp = ddp_ranks(accumulation)

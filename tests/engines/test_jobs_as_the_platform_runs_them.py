@@ -79,7 +79,9 @@ def assert_succeeded(run) -> None:
 
 
 @pytest.mark.parametrize("engine", [*TORCH_ENGINES, "spark_ml_connect"])
-def test_a_second_run_of_a_job_trains_again_in_a_folder_and_mlflow_run_of_its_own(platform_of, engine):
+def test_a_second_run_of_a_job_trains_again_in_a_folder_and_mlflow_run_of_its_own(platform_of, engine, request):
+    if engine == "deepspeed":
+        request.getfixturevalue("deepspeed_op_built")  # built once per session, not inside a task's bound
     platform = platform_of(engine="all")
     first = platform.run_job(f"train_{engine}", EPOCHS)
     assert_succeeded(first)
@@ -138,7 +140,9 @@ def test_a_retry_and_a_repair_resume_their_own_run_and_end_as_an_uninterrupted_o
 
 @pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed"])
 def test_the_serverless_job_stages_and_trains_in_its_own_run_and_a_repair_after_a_later_run_takes_its_own(
-        platform_of, engine):
+        platform_of, engine, request):
+    if engine == "deepspeed":
+        request.getfixturevalue("deepspeed_op_built")
     platform = platform_of(compute="serverless_gpu", engine=engine)
     killed = Interrupt("train", first_checkpoint_done(platform, engine), attempts=(0, 1))
     first = platform.run_job(f"train_{engine}", KILLED_EPOCHS, interrupt=killed)  # its GPU task killed, and its retry
@@ -161,7 +165,7 @@ def test_the_serverless_job_stages_and_trains_in_its_own_run_and_a_repair_after_
 
 
 def test_with_task_py_replaced_by_the_example_every_job_runs_and_validate_names_a_task_option_left_behind(
-        platform_of):
+        platform_of, deepspeed_op_built):
     platform = platform_of(replace_task="examples/trip_classifier.py", engine="all", task="causal_lm")
     for engine in (*TORCH_ENGINES, "spark_ml_connect"):
         run = platform.run_job(f"train_{engine}", EPOCHS)

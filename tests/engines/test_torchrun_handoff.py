@@ -28,7 +28,9 @@ from conftest import FARE, LANGUAGE, SUPPORT, assert_it_learned, environment, me
                                                        ("torch_distributor", LANGUAGE, "fsdp2"),
                                                        ("deepspeed", LANGUAGE, "ddp")],
                          ids=["fare-ddp", "language-model-fsdp2", "language-model-deepspeed"])
-def test_the_stage_step_needs_no_torch_and_its_command_trains(tmp_path, engine, task, parallelism):
+def test_the_stage_step_needs_no_torch_and_its_command_trains(tmp_path, engine, task, parallelism, request):
+    if engine == "deepspeed":
+        request.getfixturevalue("deepspeed_op_built")  # built once per session, not inside the bounds below
     output = tmp_path / "run"
     without_torch = environment(SUPPORT / "without_torch")
     staged = train_command(output, engine, task, "--handoff-to-torchrun", "--epochs", "3", "--parallelism",

@@ -57,6 +57,9 @@ def installed(tmp_path_factory, render_into):
     env = {key: value for key, value in os.environ.items()
            if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    # Its DeepSpeed op built in a folder of its own: torch's default one is shared by every interpreter of the machine,
+    # and a build for this throwaway venv's paths would make the next one there rebuild.
+    env["TORCH_EXTENSIONS_DIR"] = str(root / "torch_extensions")
     return project, python, env
 
 

@@ -353,7 +353,7 @@ class _Terminal:
         os.close(slave)
         self.output = ""
 
-    def read_until(self, text: str, timeout: float = 30) -> None:
+    def read_until(self, text: str, timeout: float = 120) -> None:  # a hang's backstop: the first wait starts Python
         import select
 
         deadline = time.monotonic() + timeout
@@ -370,7 +370,7 @@ class _Terminal:
         os.write(self._master, text.encode())
 
     def wait(self) -> int:
-        code = self.process.wait(timeout=30)
+        code = self.process.wait(timeout=120)
         try:
             while chunk := os.read(self._master, 4096):
                 self.output += chunk.decode(errors="replace")
