@@ -25,8 +25,9 @@ UC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 # What a generated project installs or runs with: distribution name -> the package it imports. A project named like
 # one of them, or a package named like one of the imports or a module of the standard library, would shadow it.
 DEPENDENCIES = {
-    "pyyaml": "yaml", "pyspark": "pyspark", "pandas": "pandas", "numpy": "numpy", "pyarrow": "pyarrow",
-    "torch": "torch", "deepspeed": "deepspeed", "ray": "ray", "mlflow": "mlflow", "mlflow-skinny": "mlflow",
+    "pyyaml": "yaml", "psutil": "psutil", "pyspark": "pyspark", "pandas": "pandas", "numpy": "numpy",
+    "pyarrow": "pyarrow", "torch": "torch", "deepspeed": "deepspeed", "ray": "ray", "mlflow": "mlflow",
+    "mlflow-skinny": "mlflow",
     "torcheval": "torcheval", "databricks-connect": "databricks", "databricks-sdk": "databricks",
     "distributed-training": "distributed_training", "pytest": "pytest", "pytest-timeout": "pytest_timeout",
     "setuptools": "setuptools", "wheel": "wheel", "pip": "pip",

@@ -1,10 +1,8 @@
 """What one `train` run is asked to do: one frozen object, every default defined here once.
 
-Built once from the command line (`from_args`), every number checked while parsing, the options checked against
-each other before Spark starts (`check`), then resolved on the driver (`resolve`: the GPUs it sees, the precision,
-the table) and handed as it is to every rank (pickled by a distributor, or saved as JSON for torchrun). Each field
-with a `help` is a `train` option `--field-name`; the task's own options (its `Options` dataclass) are added the
-same way and travel as `task_options`.
+Built from the command line (`from_args`: each field with a help, and each field of the task's `Options`, is an
+option --field-name), checked (`check`) before Spark starts, resolved on the driver (`resolve`: the GPUs, the
+precision, the table) and handed as it is to every rank (pickled by a distributor, or as JSON for torchrun).
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
-from .task_interface import load_task
+from .task_interface import TaskError, load_task
 
 PACKAGE = __package__
 DEFAULT_TASK = f"{PACKAGE}.task"
@@ -89,9 +87,8 @@ def json_file(text: str) -> dict:
 
 
 def option(default: Any, help: str, *, parse: Callable | None = None, choices: tuple | None = None,
-           metavar: str | None = None, flag: str | None = None) -> Any:
-    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices, "metavar": metavar,
-                                            "flag": flag})
+           metavar: str | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices, "metavar": metavar})
 
 
 @dataclass(frozen=True)
@@ -125,8 +122,7 @@ class Config:
     weight_decay: float = option(0.01, "AdamW's weight decay, on weight matrices only", parse=number(0.0, 1.0))
     warmup_fraction: float = option(0.05, "share of the optimizer steps spent warming the learning rate up "
                                           "(then a cosine decay to a tenth)", parse=number(0.0, 0.5))
-    grad_clip: float = option(1.0, "clip the gradients' global norm to this (0: no clipping)",
-                              parse=number(0.0, 1e6))
+    grad_clip: float = option(1.0, "clip the gradients' global norm to this (0: no clipping)", parse=number(0.0, 1e6))
     precision: str = option("auto", "mixed precision (auto: bf16 on GPUs that have it, else fp16; fp32 on CPU)",
                             choices=PRECISIONS)
     grad_accumulation: int = option(1, "micro-batches per optimizer step", parse=whole(1, 100_000), metavar="K")
@@ -151,8 +147,7 @@ class Config:
                                                 "epoch and at the end)", parse=whole(1, 10 ** 9), metavar="STEPS")
     eval_batches: int = option(20, "held-out batches per process in an evaluation every --eval-every-steps",
                                parse=whole(1, 10 ** 6), metavar="N")
-    keep_checkpoints: int = option(2, "how many of the newest checkpoints to keep", parse=whole(1, 1000),
-                                   metavar="N")
+    keep_checkpoints: int = option(2, "how many of the newest checkpoints to keep", parse=whole(1, 1000), metavar="N")
     resume: bool = option(True, "start over instead of resuming from the newest complete checkpoint in OUTPUT_DIR")
     init_from: str | None = option(None, "start a new run from an earlier run's checkpoint: its output folder (its "
                                          "newest complete checkpoint), its checkpoints folder, or one checkpoint "
@@ -237,10 +232,8 @@ def add_options(parser: argparse.ArgumentParser, of: type, title: str | None = N
         default = spec.default
         kwargs: dict[str, Any] = {"dest": spec.name, "help": meta.get("help", "")}
         if isinstance(default, bool):
-            if default:
-                group.add_argument("--no-" + flag[2:], action="store_false", **kwargs)
-            else:
-                group.add_argument(flag, action="store_true", **kwargs)
+            flag, action = ("--no-" + flag[2:], "store_false") if default else (flag, "store_true")
+            group.add_argument(flag, action=action, **kwargs)
             continue
         parse = meta.get("parse") or (whole_numbers if isinstance(default, tuple) else
                                       number(-1e9, 1e9) if isinstance(default, float) else
@@ -252,31 +245,33 @@ def add_options(parser: argparse.ArgumentParser, of: type, title: str | None = N
                            metavar=meta.get("metavar"), required=spec.name == "engine", **kwargs)
 
 
-def parser_for(task_module: str | None = None, engines: tuple[str, ...] = ENGINES) -> argparse.ArgumentParser:
+def parser_for(task_module: str, engines: tuple[str, ...] = ENGINES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {PACKAGE} train",
                                      description="Train with one engine, on the cluster or locally (--local).")
     add_options(parser, Config)
     parser._option_string_actions["--engine"].choices = engines
-    if task_module is not None:
-        add_options(parser, load_task(task_module).Options, f"the task ({task_module})")
+    task_options = load_task(task_module).Options
+    clashes = [spec.name for spec in fields(task_options) if spec.name in {own.name for own in fields(Config)}]
+    if clashes:
+        raise TaskError(f"{task_module}.Options has the field(s) {', '.join(clashes)}, which clash with train's own "
+                        f"option(s) of that name: rename them in Options (e.g. {clashes[0]} to task_{clashes[0]})")
+    add_options(parser, task_options, f"the task ({task_module})")
     return parser
 
 
 def from_args(argv: list[str], engines: tuple[str, ...] = ENGINES) -> Config:
-    """Parse `train`'s command line (the task's options depend on --task, so it is read first)."""
-    first, _ = parser_for(None, engines).parse_known_args(argv)
-    task = load_task(first.task)
-    args = parser_for(first.task, engines).parse_args(argv)
-    values = vars(args)
+    """Parse `train`'s command line: --task first, alone, since the task's options (which --help lists) depend on it."""
+    task_option = argparse.ArgumentParser(add_help=False)
+    task_option.add_argument("--task", default=DEFAULT_TASK)
+    task_module = task_option.parse_known_args(argv)[0].task
+    task = load_task(task_module)
+    values = vars(parser_for(task_module, engines).parse_args(argv))
     task_options = task.Options(**{spec.name: values.pop(spec.name) for spec in fields(task.Options)})
     values["table"] = values["table"] or None  # a job passes its variable, empty for the task's own table
     return Config(**values, task_options=task_options)
 
 
 def check(config: Config) -> None:
-    """The options against each other: a ConfigError naming the option to change."""
-    given = lambda *names: [f"--{name.replace('_', '-')}" for name in names  # noqa: E731
-                            if getattr(config, name) is not None]
     if config.local and config.num_nodes > 1:
         raise ConfigError(f"--local runs on this machine, one node, but --num-nodes is {config.num_nodes}: drop "
                           "--num-nodes, or run without --local on a cluster with that many nodes")
@@ -289,20 +284,18 @@ def check(config: Config) -> None:
     if config.parallelism != "ddp" and config.engine in (DEEPSPEED_ENGINE, SPARK_ML_ENGINE):
         raise ConfigError(f"--parallelism {config.parallelism} is for torch_distributor and ray, but the engine is "
                           f"{config.engine}: use --engine torch_distributor (DeepSpeed: --zero-stage 3), or drop it")
-    deepspeed = given("zero_stage", "offload", "deepspeed_config")
-    if deepspeed and config.engine != DEEPSPEED_ENGINE:
-        raise ConfigError(f"{', '.join(deepspeed)} configure DeepSpeed, but the engine is {config.engine}: use "
-                          "--engine deepspeed, or drop them")
+    refuse_unless_engine(config, DEEPSPEED_ENGINE, "DeepSpeed", "zero_stage", "offload", "deepspeed_config")
     if config.offload == "optimizer+weights" and (config.zero_stage or 3) != 3:
         raise ConfigError(f"--offload optimizer+weights needs ZeRO stage 3, but --zero-stage is {config.zero_stage}:"
                           " use --zero-stage 3, or --offload optimizer")
-    spark_ml = given("spark_ml_api", "spark_ml_model")
-    if spark_ml and config.engine != SPARK_ML_ENGINE:
-        raise ConfigError(f"{', '.join(spark_ml)} configure Spark ML, but the engine is {config.engine}: use "
-                          "--engine spark_ml_connect, or drop them")
+    refuse_unless_engine(config, SPARK_ML_ENGINE, "Spark ML", "spark_ml_api", "spark_ml_model")
     if config.spark_ml_model not in (None, "linear") and config.spark_ml_api != "classic":
         raise ConfigError(f"--spark-ml-model {config.spark_ml_model} is a pyspark.ml estimator, which "
                           "pyspark.ml.connect lacks: add --spark-ml-api classic")
+    if config.precision == "fp16" and (config.local or config.processes or config.gpus_per_node == 0
+                                       or config.engine == SPARK_ML_ENGINE):
+        raise ConfigError("--precision fp16 needs GPUs, but this run trains on CPU (--local, --processes or "
+                          "--gpus-per-node 0, or Spark ML): use fp32 (or bf16)")
     if config.register_model and not config.tracking:
         raise ConfigError("--register-model registers the model MLflow logs, but --no-tracking turns MLflow off: "
                           "drop one of them")
@@ -336,8 +329,14 @@ def check(config: Config) -> None:
                           "path, /Volumes/<catalog>/<schema>/<volume>/<run>")
 
 
+def refuse_unless_engine(config: Config, engine: str, what: str, *names: str) -> None:
+    given = [f"--{name.replace('_', '-')}" for name in names if getattr(config, name) is not None]
+    if given and config.engine != engine:
+        raise ConfigError(f"{', '.join(given)} configure {what}, but the engine is {config.engine}: use --engine "
+                          f"{engine}, or drop them")
+
+
 def check_init_source(config: Config) -> None:
-    """--init-from names something that exists and is not this run's own folder (a rerun resumes there itself)."""
     source = os.path.abspath(config.init_from)
     if not os.path.exists(source):
         raise ConfigError(f"--init-from {config.init_from} does not exist: give an earlier run's output folder, its "

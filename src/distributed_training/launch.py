@@ -1,18 +1,23 @@
 """`train --engine E`: the jobs' entry point on a cluster, and with --local a complete run on this machine.
 
-In order: the options (every number checked while parsing, their conflicts before Spark starts), the output folder
-(writable, and taken: a second run into it is refused at once), the Spark session (the driver's own after the
-preflight on a cluster; a local one with --local), the config resolved against it (GPUs, precision, table), then the
-engine's training, or with --handoff-to-torchrun the staging and the plan for torchrun. The report says where
-everything went. Errors are one line that names the fix; nothing is left half-written.
+In order: the options (numbers checked while parsing; conflicts, and a resume of another run, before Spark starts),
+the output folder (writable, and taken: a second run into it is refused at once), the Spark session (the driver's own
+after the preflight on a cluster; a local one with --local), the config resolved against it (GPUs, precision, table;
+the resume checked again), then the engine's training, or with --handoff-to-torchrun the staging and the plan for
+torchrun. The report says where everything went. Errors are one line that names the fix; nothing is half-written.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager, suppress
+
+import psutil
 
 from . import config as configuration
 from .config import Config, ConfigError
@@ -37,18 +42,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    if announce_finished(config):
-        return 0
-    refusal = refusal_to_resume(config)
+    refusal = refusal_to_resume(config)  # first: a run that finished in the folder may be another run
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return 1
+    if announce_finished(config):
+        return 0
     try:
-        with held(config.output_dir):
+        with held(config.output_dir), _interruptible():
             config, result = _run(config)
     except (ConfigError, FolderInUse, LaunchError, TableError, TaskError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1
+    except KeyboardInterrupt as interruption:  # with no number: Ctrl-C before the handlers, or under Ray's own
+        number = getattr(interruption, "number", signal.SIGINT)
+        print(f"error: interrupted by {signal.Signals(number).name}; every process it started has ended. Run the same "
+              "command again to resume from the last checkpoint (unless it has --no-resume)", file=sys.stderr)
+        return 128 + number  # the shell's code for a process ended by that signal: 130 for Ctrl-C, 143 for SIGTERM
     if result is not None:
         _report(config, result, time.perf_counter() - started)
     return 0
@@ -66,7 +76,12 @@ def _run(config: Config) -> tuple[Config, TrainingRun | None]:
     spark = None
     try:
         spark = _local_session(engine, config) if config.local else _cluster_session(config)
+        if signal.getsignal(signal.SIGTERM) is _interrupt:
+            signal.signal(signal.SIGINT, _interrupt)  # in place of the one a new SparkContext installs
         config = resolve(config, engine, spark)
+        refusal = refusal_to_resume(config)  # the processes, now that the GPUs are known: before anything is staged
+        if refusal:
+            raise ConfigError(refusal)
         if config.handoff_to_torchrun:
             from .engines.torchrun import hand_off
 
@@ -76,7 +91,45 @@ def _run(config: Config) -> tuple[Config, TrainingRun | None]:
     finally:
         # Stopped before an error is printed: what Spark logs as it winds down (cancelled jobs) comes above it.
         if spark is not None and config.local:
-            spark.stop()
+            with suppress(Exception):  # its JVM gone already: a signal to the whole process group ended it too
+                spark.stop()
+
+
+# SIGINT (Ctrl-C) and SIGTERM (a cancelled job, a stopped container) end a run alike. The exception is raised where
+# the run is, with the processes it has started: as it passes, the distributor's own clean-up (which kills torchrun
+# half a second after asking it to stop) can orphan torchrun's ranks, which are then no longer this one's descendants.
+def _interrupt(number: int, frame) -> None:
+    with open(os.devnull, "w") as nowhere:  # until it has passed: what it interrupts reports it, tracebacks and all
+        os.dup2(nowhere.fileno(), 2)  # (py4j's calls, pyspark's shutdown, Spark's accumulator server)
+    interruption = KeyboardInterrupt(signal.Signals(number).name)
+    interruption.number, interruption.started = number, psutil.Process().children(recursive=True)
+    raise interruption
+
+
+# Once the interruption has passed the run (and Spark has stopped), every process the run started gets SIGTERM,
+# 10 s to end, then SIGKILL, with further signals ignored meanwhile; the handlers are as they were after.
+@contextmanager
+def _interruptible():
+    numbers = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+    previous = {number: signal.signal(number, _interrupt) for number in numbers}
+    stderr = os.dup(2)
+    try:
+        yield
+    except KeyboardInterrupt as interruption:
+        for number in numbers:
+            signal.signal(number, signal.SIG_IGN)
+        processes = {*getattr(interruption, "started", ()), *psutil.Process().children(recursive=True)}
+        for ending in (signal.SIGTERM, signal.SIGKILL):
+            for process in processes:
+                with suppress(psutil.Error):
+                    process.send_signal(ending)
+            processes = psutil.wait_procs(processes, timeout=10)[1]
+        raise
+    finally:
+        os.dup2(stderr, 2)
+        os.close(stderr)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def resolve(config: Config, engine, spark) -> Config:
@@ -92,7 +145,7 @@ def resolve(config: Config, engine, spark) -> Config:
         precision = "fp32" if not gpus else "bf16" if config.handoff_to_torchrun or _bf16_supported() else "fp16"
     table = config.table
     if table is None and config.local:  # written once: a rerun's staging finds its source unchanged
-        table = os.path.join(config.output_dir, SAMPLE_TABLE_DIR, f"seed-{config.seed}")
+        table = os.path.join(config.output_dir, SAMPLE_TABLE_DIR, f"{config.task}-seed-{config.seed}")
         if not os.path.exists(os.path.join(table, "_SUCCESS")):
             print(f"writing a sample table (shaped like {engine.default_table(config)}) to {table}", flush=True)
             engine.sample_table(spark, config).coalesce(1).write.mode("overwrite").parquet(table)

@@ -1,10 +1,9 @@
 """Stage the training data with Spark: the task's rows, a seeded train/held-out split, the task's statistics, and
-parquet files for the ranks.
+parquet files for the ranks, in a folder every rank sees (a Unity Catalog volume on a cluster).
 
-The staging folder must be visible to every rank: a local folder on one machine, a Unity Catalog volume
-(/Volumes/catalog/schema/volume/...) on a cluster. Each split is written as one parquet file per process, of about the
-same size, so every rank reads its own file and nothing is collected onto the driver. A task that defines `tokenize`
-has its rows tokenized here, on the executors, once: the files hold token ids. No torch is needed here.
+Each split is one parquet file per process, of about the same size, so every rank reads its own file and nothing is
+collected onto the driver. A task that defines `tokenize` has its rows tokenized here, on the executors, once: the
+files hold token ids. No torch is needed here.
 
 Staged once: a retry or a repair finds its data staged from the same source (by its fingerprint: a Delta table's
 version, else its files' names and sizes), task options, seed and processes, and uses it. A changed source is staged
@@ -16,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import uuid
@@ -39,17 +39,30 @@ def looks_like_path(source: str) -> bool:
 
 
 def read_table(spark, source: str, default_table: str):
-    """The table as a DataFrame, from a table name (spark.table) or a parquet path (spark.read)."""
-    from pyspark.errors import AnalysisException
-
     try:
         table = spark.read.parquet(source) if looks_like_path(source) else spark.table(source)
         table.columns  # noqa: B018 (resolves the table, so a missing one fails here)
-    except AnalysisException as error:
+    except spark_errors() as error:  # no such table; a file that is not parquet (the cause names it)
         kind = "parquet path" if looks_like_path(source) else "table"
-        raise TableError(f"cannot read the {kind} {source!r}: {str(error).splitlines()[0]}. Pass --table with an "
-                         f"existing table (catalog.schema.table, default {default_table}) or a parquet path") from None
+        raise TableError(f"cannot read the {kind} {source!r}: {cause(error)}. Pass --table with an existing table "
+                         f"(catalog.schema.table, default {default_table}) or a path of parquet files") from None
     return table
+
+
+def spark_errors() -> tuple[type, ...]:
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    return PySparkException, Py4JJavaError
+
+
+def cause(error: Exception) -> str:
+    """The innermost Java cause's first line (it names the file), else the message's (a Python worker's: its last)."""
+    java = getattr(error, "java_exception", None)
+    while java is not None and java.getCause() is not None:
+        java = java.getCause()
+    text = str(error if java is None else java.getMessage() or java.toString()).strip() or type(error).__name__
+    return text.splitlines()[-1 if "Traceback (most recent call last)" in text else 0]
 
 
 def split(prepared, seed: int):
@@ -67,35 +80,26 @@ def fingerprint(spark, source: str, table) -> dict:
         except PySparkException:  # not a Delta table
             pass
     files = sorted(table.inputFiles())
-    sizes = [_local_size(name) for name in files]
+    # where this machine sees a file (local paths, /Volumes); -1 where not: its name changes when Spark rewrites it
+    paths = [re.sub(r"^(file|dbfs):/*", "/", name) for name in files]
+    sizes = [os.path.getsize(path) if os.path.isfile(path) else -1 for path in paths]
     digest = hashlib.sha256("\n".join(f"{name} {size}" for name, size in zip(files, sizes)).encode()).hexdigest()
     return {"of": f"{len(files)} file(s), {sum(sizes):,} bytes, listing {digest[:16]}"}
 
 
-def _local_size(uri: str) -> int:
-    # where this machine sees the file (local paths, /Volumes); -1 where not: its name changes when Spark rewrites it
-    path = re.sub(r"^(file|dbfs):/*", "/", uri)
-    return os.path.getsize(path) if os.path.isfile(path) else -1
-
-
-def staged_before(directory: str) -> StagedData | None:
-    try:
-        return StagedData.load(directory)
-    except (OSError, ValueError, TypeError):  # none, damaged, or from an older version: staged again
-        return None
-
-
 def stage(spark, task, config: Config, world_size: int) -> StagedData:
-    """Read config.table, prepare and split it with the task, write one file per process under the staging dir;
-    or find it staged already (see the module's docstring)."""
     table = read_table(spark, config.table, task.DEFAULT_TABLE)
     recipe = json.loads(json.dumps({
         "task": config.task, "task_options": dataclasses.asdict(config.task_options), "seed": config.seed,
         "source": config.table, "files_per_split": world_size, "fingerprint": fingerprint(spark, config.table, table)}))
-    before = staged_before(config.staging_dir)
+    try:
+        before = StagedData.load(config.staging_dir)
+    except (OSError, ValueError, TypeError):  # none, damaged, or from an older version: staged again
+        before = None
     if before and before.recipe == recipe:
         print(f"using the data staged at {config.staging_dir}: {config.table} is as it was staged "
               f"({recipe['fingerprint']['of']})", flush=True)
+        check_windows(task, config, before.train_rows, world_size)
         return before
     changed = before and before.recipe.get("source") == config.table and before.recipe.get("fingerprint")
     if changed and changed != recipe["fingerprint"] and config.resume and complete_steps(config.checkpoint_dir):
@@ -103,8 +107,6 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
                          f"{recipe['fingerprint']['of']} now), and the run's checkpoints were trained on the data "
                          "as it was: resuming would train on other data. Start a new run (a new job run, or another "
                          "--output-dir) to train on the table as it is, or --no-resume to start this one over")
-    if before:  # the old manifest goes first: a staging cut short leaves none, so nothing uses half-written data
-        os.unlink(os.path.join(config.staging_dir, MANIFEST))
     try:
         prepared = task.prepare(table, config.task_options).cache()
     except ValueError as error:  # the task says why the table does not fit it
@@ -117,21 +119,36 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
                              f"{world_size} processes: train on a larger table")
         if test_rows == 0:
             raise TableError(f"{config.table!r} leaves no held-out rows after preparation: train on a larger table")
+        check_windows(task, config, train_rows, world_size)
         tokenize = getattr(task, "tokenize", None)
         staged = StagedData(directory=config.staging_dir, task=config.task, source=config.table,
                             train_rows=train_rows, test_rows=test_rows, files_per_split=world_size,
                             stats=task.statistics(train, config.task_options), recipe=recipe,
                             token_dtype=str(tokenize(prepared.limit(1).toPandas(), config.task_options).dtype)
                             if tokenize else None, staging_id=uuid.uuid4().hex)
+        if before:  # the old manifest goes first: a staging cut short leaves none, so nothing uses half-written data
+            os.unlink(os.path.join(config.staging_dir, MANIFEST))
         for rows, directory in ((train, staged.train_dir), (test, staged.test_dir)):
             rows = rows.repartition(world_size)
             if tokenize:
                 rows = tokenized(rows, tokenize, config.task_options)
             rows.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(directory)
+    except spark_errors() as error:  # what the task's preparation or Spark's reading or writing of the rows met
+        raise TableError(f"staging {config.table!r} failed: {cause(error)}: fix what that names (the table's data, "
+                         f"or the staging folder {config.staging_dir}), then run again") from None
     finally:
         prepared.unpersist()
     staged.save()
     return staged
+
+
+def check_windows(task, config: Config, train_rows: int, world_size: int) -> None:
+    """Refuse an epoch shorter than one accumulation window where the rows tell (a row an example, without tokenize)."""
+    batches = math.ceil(train_rows // world_size / config.batch_size)
+    if not hasattr(task, "tokenize") and batches < config.grad_accumulation:
+        raise TableError(f"{config.table!r} leaves {train_rows} training row(s): {batches} batch(es) of "
+                         f"{config.batch_size} an epoch for each of {world_size} processes, fewer than one window of "
+                         f"--grad-accumulation {config.grad_accumulation}: lower it or --batch-size, or add rows")
 
 
 def tokenized(rows, tokenize, options):

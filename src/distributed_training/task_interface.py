@@ -23,10 +23,8 @@ Torch side (every rank; the serverless stage task, which has no torch, never cal
     exported_model(model, stats, batch)   (the module MLflow logs, an example input for it)
 
 Optional, for a task whose examples hold tokens (the causal LM defines both; the fare task neither):
-    count(batch)                          the tokens the batch's loss is the mean over. The loop weighs each
-                                          micro-batch by it, so an update's gradient is that of the mean over every
-                                          token of the update on every rank, and reports tokens/s. Without it the
-                                          loop counts examples (rows of dimension 0) and reports examples/s.
+    count(batch)                          the tokens the batch's loss is the mean over: the loop weighs micro-batches
+                                          by it and reports tokens/s (without it: examples, and examples/s)
     flops_per_token(model, options)       the model's training FLOPs per token (forward and backward), for MFU
 
 Optional, for a model of repeated blocks (the causal LM defines it; without it --activation-checkpointing is refused):
@@ -44,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import traceback
 from types import ModuleType
 
 REQUIRED = ("DEFAULT_TABLE", "Options", "sample_table", "prepare", "statistics", "examples", "build_model", "loss",
@@ -52,18 +51,19 @@ REQUIRED_METRICS = ("held_out_loss", "baseline_loss")
 
 
 class TaskError(ValueError):
-    """The task module cannot be used: it is missing, or lacks a name the seam needs."""
+    """The task module cannot be used: it is missing or does not import, lacks a name, or breaks the seam's contract."""
 
 
 def load_task(module_name: str) -> ModuleType:
     """Import the task module and check that it defines every name of the seam."""
     try:
         task = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name is not None and module_name.startswith(error.name):
+    except Exception as error:  # not there, or its own code fails: one line that says where and why
+        if isinstance(error, ModuleNotFoundError) and f"{module_name}.".startswith(f"{error.name}."):
             raise TaskError(f"no task module {module_name!r}: pass --task with an importable module that defines "
                             f"{', '.join(REQUIRED)} (see task_interface.py)") from None
-        raise
+        raise TaskError(f"the task module {module_name} does not import: {failed_at(error, module_name)}: fix it "
+                        f"(python -c 'import {module_name}' shows the whole traceback)") from None
     missing = [name for name in REQUIRED if not hasattr(task, name)]
     if missing:
         raise TaskError(f"the task module {module_name} lacks {', '.join(missing)}: a task defines "
@@ -71,6 +71,29 @@ def load_task(module_name: str) -> ModuleType:
     if not dataclasses.is_dataclass(task.Options):
         raise TaskError(f"{module_name}.Options must be a dataclass of the task's options")
     return task
+
+
+def failed_at(error: Exception, module_name: str) -> str:
+    """`file, line N: Error: message` of an error importing the module: a syntax error where it is, another error at
+    the module's own line that raised it (or led to it), else at the deepest line of Python that did."""
+    if isinstance(error, SyntaxError):
+        (path, line), message = (error.filename, error.lineno), error.msg
+    else:
+        frames = [(frame, line) for frame, line in traceback.walk_tb(error.__traceback__)
+                  if not frame.f_code.co_filename.startswith("<frozen")]
+        own = [(frame, line) for frame, line in frames if frame.f_globals.get("__name__") == module_name]
+        frame, line = (own or frames)[-1]
+        path, message = frame.f_code.co_filename, str(error)
+    return f"{path}, line {line}: {type(error).__name__}: {(message.splitlines() or [''])[0]}"
+
+
+def check_examples(examples, module_name: str) -> tuple:
+    lengths = [len(tensor) for tensor in examples] if isinstance(examples, tuple) else []
+    if len(set(lengths)) != 1:
+        shape = f"tensors of {' and '.join(map(str, lengths))} rows" if lengths else f"a {type(examples).__name__}"
+        raise TaskError(f"{module_name}.examples returned {shape}: return a tuple of tensors with one example per row "
+                        "of dimension 0, as many rows in each (see task_interface.py)")
+    return examples
 
 
 def check_metrics(metrics: dict, module_name: str) -> dict:

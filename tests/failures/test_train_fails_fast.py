@@ -24,8 +24,22 @@ from distributed_training.training.loop import train as train_loop
 from support.runs import FARE, resolved_config, staged
 
 SOURCE = Path(__file__).resolve().parents[2] / "src"
-FAST = 30.0  # seconds: failing before any distributor starts takes a Spark read at most
+FAST = 60.0  # a hang's backstop (a failed Spark read: seconds, even on 2 busy cores); no_training_starts is the proof
 TORCH_ENGINES = [name for name in available() if name != "spark_ml_connect"]
+
+
+@pytest.fixture
+def no_training_starts(monkeypatch):
+    """The test fails where an engine would start its training processes (its distributor, or Ray), which is what
+    failing fast means: on a busy machine wall time alone cannot tell a failed read from a started distributor."""
+    from distributed_training.engines import deepspeed, distributor, ray
+
+    def started(*_args, **_kwargs):
+        pytest.fail("the engine went on to start its training processes: the table must fail first", pytrace=False)
+
+    monkeypatch.setattr(distributor.TorchDistributorEngine, "distributor", started)
+    monkeypatch.setattr(deepspeed.DeepSpeedEngine, "distributor", started)  # its op build comes first in it
+    monkeypatch.setattr(ray, "ray_running", started)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +61,7 @@ def in_folder(config, folder: Path, **overrides):
     ("{tmp}/no_such_table", "cannot read the parquet path"),
     ("main.no_such_schema.trips", "cannot read the table"),
 ], ids=["missing-path", "missing-table"])
-def test_a_missing_table_fails_fast_naming_it(spark, tmp_path, engine_name, table, reason):
+def test_a_missing_table_fails_fast_naming_it(spark, tmp_path, engine_name, table, reason, no_training_starts):
     table = table.format(tmp=tmp_path)
     config = resolved_config(tmp_path / "out", FARE, engine=engine_name, table=table, processes=1)
     started = time.perf_counter()
@@ -99,7 +113,7 @@ def test_the_command_reports_an_unusable_checkpoint_folder_in_one_line(tmp_path)
     completed = subprocess.run(
         [sys.executable, "-m", "distributed_training", "train", "--engine", "torch_distributor", "--local",
          "--output-dir", str(tmp_path), "--epochs", "1", "--no-tracking"],
-        capture_output=True, text=True, env=environment, timeout=300,
+        capture_output=True, text=True, env=environment, timeout=900,  # a local Spark run: 4 min at a load of 13-20
     )
     assert completed.returncode == 1, completed.stdout[-2000:] + completed.stderr[-2000:]
     error_lines = [line for line in completed.stderr.splitlines() if line.startswith("error:")]

@@ -36,12 +36,12 @@ def test_a_finished_run_is_one_of_the_same_engine_task_and_at_least_the_steps_as
     assert finished_metrics(str(tmp_path), "torch_distributor", FARE, 3) is None
 
 
-def test_train_into_a_finished_runs_folder_reports_it_and_starts_nothing(tmp_path, capsys):
+def test_train_into_a_finished_runs_folder_reports_it_and_starts_nothing(tmp_path, capsys, no_spark_starts):
     write_metrics(tmp_path / "run")
     started = time.perf_counter()
     code = main(["--engine", "torch_distributor", "--task", FARE, "--local", "--epochs", "3",
                  "--output-dir", str(tmp_path / "run")])
-    assert code == 0 and time.perf_counter() - started < 5  # no Spark, no training process
+    assert code == 0 and time.perf_counter() - started < 60  # a hang's backstop (cold imports: 9 s at a load of 7)
     out = capsys.readouterr().out
     assert "has finished already: held-out loss 0.5000" in out and "give a new --output-dir" in out
 
@@ -53,12 +53,12 @@ def write_checkpoint_marker(folder, config) -> None:
     marker.write_text(json.dumps({"step": 5, "epoch": 1, "run_identity": identity}))
 
 
-def test_a_resume_that_options_alone_refuse_is_refused_before_spark_starts(tmp_path, capsys):
+def test_a_resume_that_options_alone_refuse_is_refused_before_spark_starts(tmp_path, capsys, no_spark_starts):
     arguments = ["--engine", "torch_distributor", "--task", FARE, "--local", "--output-dir", str(tmp_path / "run")]
     write_checkpoint_marker(tmp_path / "run", configuration.from_args(arguments))
     started = time.perf_counter()
     assert main([*arguments, "--seed", "7", "--batch-size", "16"]) == 1
-    assert time.perf_counter() - started < 5  # no Spark, no training process
+    assert time.perf_counter() - started < 60  # a hang's backstop: no_spark_starts is the proof
     error = capsys.readouterr().err
     assert "holds the checkpoints of another run (batch_size: 64 -> 16; seed: 42 -> 7)" in error
     assert "--no-resume" in error and not (tmp_path / "run" / "staging").exists()

@@ -89,13 +89,14 @@ def test_a_changed_table_refuses_to_resume_what_was_trained_on_the_old_data(spar
     assert restaged.staging_id != first.staging_id
 
 
-def test_a_half_done_staging_leaves_no_manifest_to_trust(spark, tmp_path):
+def test_a_half_done_staging_leaves_no_manifest_to_trust(spark, tmp_path, monkeypatch):
     config = resolved_config(tmp_path / "run", FARE)
     config = dataclasses.replace(config, table=write_sample(spark, FARE, tmp_path / "table", 400))
-    stage(spark, load_task(FARE), config, 2)
+    first = stage(spark, load_task(FARE), config, 2)
+    untouched = staged_files(config)
     write_sample(spark, FARE, tmp_path / "table", 300)
 
-    class Broken:  # the task fails halfway: after the old manifest is gone, before a new one is written
+    class Broken:  # the task fails before anything is written: the old staging stays whole, and says what it holds
         def __getattr__(self, name):
             return getattr(load_task(FARE), name)
 
@@ -104,6 +105,16 @@ def test_a_half_done_staging_leaves_no_manifest_to_trust(spark, tmp_path):
 
     with pytest.raises(RuntimeError, match="executors were lost"):
         stage(spark, Broken(), config, 2)
+    assert staged_files(config) == untouched and StagedData.load(config.staging_dir) == first
+
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    def lost(*_args, **_kwargs):
+        raise RuntimeError("the executors were lost")
+
+    monkeypatch.setattr(DataFrameWriter, "parquet", lost)  # cut short as it writes: the old manifest is gone first
+    with pytest.raises(RuntimeError, match="executors were lost"):
+        stage(spark, load_task(FARE), config, 2)
     assert not os.path.exists(os.path.join(config.staging_dir, MANIFEST))
 
 

@@ -110,6 +110,11 @@ def prepare(table, options: Options):
         columns = ", ".join(f"{name} {kind}" for name, kind in table.dtypes)
         raise ValueError(f"the table {found} {column!r} to learn from; it has {columns}. Pass --text-column with "
                          f"one of its string columns, or --table with a table that has one")
+    invalid = table.where(~F.is_valid_utf8(column)).count()  # found here: on the executors they end in a traceback
+    if invalid:
+        raise ValueError(f"the column {column!r} holds {invalid} value(s) that are not valid UTF-8: re-encode them as "
+                         "UTF-8 (Spark SQL's make_valid_utf8 replaces what is not), or pass --text-column with another "
+                         "column")
     text = F.col(column).alias("text")
     return table.select(text).where(F.col("text").isNotNull() & (F.length("text") > 0))
 

@@ -79,12 +79,16 @@ def sample_table(spark, seed: int, rows: int = 4000):
 def prepare(table, options: Options):
     """One row per sensible trip: the features and the label, float32."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import NumericType, TimestampNTZType, TimestampType
 
-    missing = [name for name in ("tpep_pickup_datetime", "tpep_dropoff_datetime", "trip_distance", LABEL)
-               if name not in table.columns]
-    if missing:
-        raise ValueError(f"the table lacks the column(s) {', '.join(missing)} the features are made from; it has "
-                         f"{', '.join(table.columns)}. Pass --table with a table shaped like {DEFAULT_TABLE}")
+    times, numbers = (TimestampType, TimestampNTZType), NumericType
+    kinds = {"tpep_pickup_datetime": times, "tpep_dropoff_datetime": times, "trip_distance": numbers, LABEL: numbers}
+    wrong = [f"{name} ({dict(table.dtypes).get(name, 'missing')})" for name, kind in kinds.items()
+             if name not in table.columns or not isinstance(table.schema[name].dataType, kind)]
+    if wrong:
+        raise ValueError(f"the features are made from timestamps (the times) and numbers (distance, fare), which the "
+                         f"column(s) {', '.join(wrong)} are not; the table has {', '.join(table.columns)}. Cast them, "
+                         f"or pass --table with a table shaped like {DEFAULT_TABLE}")
     pickup, dropoff = F.col("tpep_pickup_datetime"), F.col("tpep_dropoff_datetime")
     minutes = (F.unix_timestamp(dropoff) - F.unix_timestamp(pickup)) / 60.0
     hour_angle = (F.hour(pickup) + F.minute(pickup) / 60.0) * (2 * math.pi / 24)

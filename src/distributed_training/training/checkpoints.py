@@ -9,33 +9,30 @@ Layout, under a folder every rank reaches (a Unity Catalog volume on a cluster):
                                               epoch and how far into it, the run's identity and its progress
 
 A checkpoint counts only with its completion marker, and every file is written under a temporary name and then
-renamed, so a run killed mid-save leaves nothing a resume would take for whole. A checkpoint that is marked
-complete but does not load (a truncated or damaged file) is skipped with a warning, and the one before it is used.
+renamed, so a run killed mid-save leaves nothing a resume would take for whole. One that is marked complete but does
+not load (a truncated or damaged file) is skipped with a warning, and the one before it is used. A resumed run ends
+where an uninterrupted one would, even mid-epoch: the state and the random generators come back, and the data order
+depends only on the seed, the rank and the epoch (see `ShuffledBatches`).
 
-A new run may start from another run's checkpoint (--init-from): its weights alone, or with `continue_from` its
-whole state, when the run identities match.
-
-The resumed run ends where an uninterrupted one would, even from the middle of an epoch: the weights, optimizer and
-schedule come back from the checkpoint, the data order depends only on the seed, the rank and the epoch, and the
-batches already taken in that epoch are skipped (see `ShuffledBatches`); the random generators come back too.
-
-What a resume must share with the checkpoint is its run identity: what changes the math or the data order (task and
-its options, data, processes, parallelism, seed, batch, accumulation). Logging, checkpoint cadence and the length
-of the run (--epochs, --max-steps) are not part of it: a longer run continues where the shorter one stopped. The part
-of the identity that the options alone decide is compared before Spark starts (`refusal_to_resume`). A run on another
-number of processes starts from the weights alone (--init-from, the default --init-mode weights), whatever wrote them.
+A resume must share the checkpoint's run identity: what changes the math or the data order (task and its options,
+data, processes, parallelism, seed, batch, accumulation), not logging, checkpoint cadence or the run's length (a
+longer run continues where the shorter one stopped). What the config decides of it is compared before anything is
+staged, what the options do before Spark (`refusal_to_resume`). A new run may start from another run's checkpoint
+(--init-from): its weights alone (also on another number of processes), or with `continue_from` its whole state,
+when the run identities match.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 
 from dataclasses import asdict
 
-from ..config import CHECKPOINTS_DIR
+from ..config import CHECKPOINTS_DIR, placement
 from ..files import write_atomically, write_json
 
 MARKER = "complete.json"
@@ -75,12 +72,10 @@ def named_checkpoint(path: str) -> tuple[str, str]:
 
 
 def _differences(theirs, ours: dict) -> str:
-    """What differs between a checkpoint's run identity and this run's, as `name: theirs -> ours`."""
     if not isinstance(theirs, dict):
         return "it records no run identity"
-    changed = [f"{name}: {theirs.get(name)!r} -> {ours.get(name)!r}" for name in sorted({*theirs, *ours})
-               if theirs.get(name) != ours.get(name)]
-    return "; ".join(changed)
+    return "; ".join(f"{name}: {theirs.get(name)!r} -> {ours.get(name)!r}" for name in sorted({*theirs, *ours})
+                     if theirs.get(name) != ours.get(name))
 
 
 def complete_steps(directory: str) -> list[int]:
@@ -94,14 +89,14 @@ def complete_steps(directory: str) -> list[int]:
 
 def options_identity(config) -> dict:
     """The part of a run's identity that its options decide (JSON types: compared after a round trip)."""
-    return {"task": config.task, "task_options": _json(asdict(config.task_options)), "engine": config.engine,
-            "parallelism": config.parallelism, "seed": config.seed, "batch_size": config.batch_size,
-            "grad_accumulation": config.grad_accumulation}
+    return {"task": config.task, "task_options": json.loads(json.dumps(asdict(config.task_options))),
+            "engine": config.engine, "parallelism": config.parallelism, "seed": config.seed,
+            "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation}
 
 
 def refusal_to_resume(config) -> str | None:
-    """Why this run cannot resume the newest checkpoint in its folder, as far as the options tell (the data and the
-    processes are compared once the data is staged); None when it can, or has nothing to resume."""
+    """Why this run cannot resume the newest checkpoint in its folder, as far as the config tells (the source and the
+    processes where they are known; the data's rows once it is staged); None when it can, or has nothing to resume."""
     if not config.resume:
         return None
     steps = complete_steps(config.checkpoint_dir)
@@ -109,6 +104,10 @@ def refusal_to_resume(config) -> str | None:
     if marker is None:
         return None
     theirs, ours = marker.get("run_identity"), options_identity(config)
+    if config.table:
+        ours["source"] = config.table
+    if config.local or config.processes or config.gpus_per_node is not None:  # else the driver's GPUs decide
+        ours["world_size"] = placement(config).world_size
     if isinstance(theirs, dict):
         theirs = {name: theirs.get(name) for name in ours}
     differences = _differences(theirs, ours)
@@ -116,15 +115,6 @@ def refusal_to_resume(config) -> str | None:
         return None
     return (f"{config.output_dir} holds the checkpoints of another run ({differences}): give this run its own "
             "--output-dir, train with that run's settings to continue it, or --no-resume to start over there")
-
-
-def _json(value):
-    """Tuples as lists, as they read back from JSON."""
-    if isinstance(value, (tuple, list)):
-        return [_json(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _json(item) for key, item in value.items()}
-    return value
 
 
 class CheckpointFolderError(OSError):
@@ -146,8 +136,6 @@ def _ensure_writable_folder(directory: str) -> None:
 
 
 class Checkpoints:
-    """Save and resume the training state; `run_identity` must match for a checkpoint to be resumed from."""
-
     def __init__(self, directory: str, process, keep: int, run_identity: dict, log=print):
         if keep < 1:
             raise ValueError(f"keep must be at least 1 checkpoint, got {keep}")
@@ -157,8 +145,7 @@ class Checkpoints:
 
     def save(self, strategy, step: int, progress: dict) -> None:
         """Every rank calls it: the strategy writes the state and each rank its generators' states, then rank 0 marks
-        it complete (with `progress`: the epoch, how far into it, and what the loop needs to go on) and drops old
-        ones."""
+        it complete (with `progress`: what the loop needs to go on) and drops old ones."""
         import torch  # here, not above: the pre-check runs where there is no torch (a serverless stage task)
 
         from . import distributed
@@ -184,8 +171,7 @@ class Checkpoints:
     def continue_from(self, strategy, directory: str, tag: str) -> dict:
         """--init-from PATH --init-mode full: load an earlier run's checkpoint, whole, into this new run."""
         fix = "start from its weights alone (--init-mode weights), or train with the settings that run had"
-        marker = self._load_newest(strategy, directory, [step_of(tag)], f"--init-from {directory}: starting from",
-                                   fix)
+        marker = self._load_newest(strategy, directory, [step_of(tag)], f"--init-from {directory}: starting from", fix)
         if marker is None:
             raise RuntimeError(f"--init-from: the checkpoint {os.path.join(directory, tag)} does not load on every "
                                "rank: give another checkpoint of that run")
@@ -198,9 +184,8 @@ class Checkpoints:
             tag = tag_of(step)
             marker = read_marker(directory, tag)
             if marker is not None and marker.get("run_identity") != self.run_identity:
-                raise RuntimeError(
-                    f"the checkpoint {os.path.join(directory, tag)} belongs to another run "
-                    f"({_differences(marker.get('run_identity'), self.run_identity)}): {fix}")
+                raise RuntimeError(f"the checkpoint {os.path.join(directory, tag)} belongs to another run "
+                                   f"({_differences(marker.get('run_identity'), self.run_identity)}): {fix}")
             loaded = marker is not None and self._load(strategy, directory, tag)
             if distributed.min_over_ranks(self.process, int(loaded)) == 1:
                 self.log(f"{doing} the checkpoint of step {step} ({os.path.join(directory, tag)})")
@@ -223,8 +208,7 @@ class Checkpoints:
 
     def _drop_old(self) -> None:
         """Keep the newest `keep` complete checkpoints; older ones, complete or not, go."""
-        kept = complete_steps(self.directory)[:self.keep]
-        oldest_kept = min(kept)
+        oldest_kept = min(complete_steps(self.directory)[:self.keep])
         for name in os.listdir(self.directory):
             match = TAG.match(name)
             if match and int(match.group(1)) < oldest_kept:
@@ -232,8 +216,6 @@ class Checkpoints:
 
 
 def random_states() -> dict:
-    import random
-
     import numpy
     import torch
 
@@ -244,8 +226,6 @@ def random_states() -> dict:
 
 
 def restore_random_states(path: str) -> None:
-    import random
-
     import numpy
     import torch
 

@@ -1,16 +1,8 @@
 """The training loop, the same on every rank under every launcher (TorchDistributor, DeepSpeed, Ray Train, torchrun).
 
-It knows nothing of Spark and nothing of the task beyond its seam (task_interface.py): it reads this rank's share of
-the staged files, asks the task for examples, a model and a loss, and owns the rest: AdamW, a learning-rate warm-up
-then cosine decay over the run's length, gradient accumulation, clipping, mixed precision, evaluation, checkpoints
-(a rerun resumes from the newest complete one, mid-epoch included) and MLflow from rank 0. Whether DDP or DeepSpeed
-makes the updates is the strategy's business; the loop reads the same under either.
-
-It counts optimizer steps (updates): the run's length is --epochs cut by --max-steps; every --log-every-steps it
-reports loss, learning rate, gradient norm, tokens/s (examples/s for a task without tokens), MFU where it is known,
-the step's time and what of it went waiting for data (throughput.py); it checkpoints after every
---checkpoint-every epochs and every --checkpoint-every-steps steps, and always after the last; it evaluates on the
-whole held-out split after every epoch and at the end, and on a few batches every --eval-every-steps.
+It knows nothing of Spark and nothing of the task beyond its seam (task_interface.py); whether DDP, FSDP2 or
+DeepSpeed makes the updates is the strategy's business. It counts optimizer steps (updates): the run's length,
+logging, evaluation and checkpoints are in steps (epochs still work).
 
 `train(config)` is what the launchers run: a module-level function of one picklable argument. Every rank returns the
 same metrics (they are all-reduced), because TorchDistributor keeps the return value of whichever rank ends last.
@@ -27,7 +19,7 @@ import torch
 
 from ..config import Config, placement
 from ..files import write_json
-from ..task_interface import check_metrics, load_task
+from ..task_interface import check_examples, check_metrics, load_task
 from . import distributed, strategy as strategies
 from .checkpoints import Checkpoints, complete_steps, named_checkpoint, options_identity
 from .data import StagedData
@@ -37,6 +29,7 @@ from .tracking import Tracker
 
 METRICS_FILE = "metrics.json"
 EVALUATION_BATCH = 256
+NON_FINITE_FIX = "Lower --learning-rate, keep --grad-clip on, or train in fp32 (--precision fp32)"
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -61,13 +54,14 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP and DeepSpeed broadcast anyway)
 
     # This rank's examples; every rank takes the same number of steps, so every share is cut to the smallest.
-    train_examples = task.examples(data.shard("train", process.rank, process.world_size), data.stats, options)
+    train_examples = check_examples(task.examples(data.shard("train", process.rank, process.world_size), data.stats,
+                                                  options), task.__name__)
     per_rank = distributed.min_over_ranks(process, len(train_examples[0]))
     if per_rank == 0:
         raise ValueError(f"a rank got no training examples from {data.train_dir}: stage a larger table")
     train_examples = tuple(tensor[:per_rank] for tensor in train_examples)
-    held_out = task.examples(data.shard("test", process.rank, process.world_size, require_rows=False),
-                             data.stats, options)
+    held_out = check_examples(task.examples(data.shard("test", process.rank, process.world_size, require_rows=False),
+                                            data.stats, options), task.__name__)
     batches = ShuffledBatches(train_examples, config.batch_size, seed=config.seed + process.rank)
     plan = Plan.of(config, len(batches), per_rank)
 
@@ -89,8 +83,13 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
             part.compile()
     strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay),
                      warmup_then_cosine(plan.updates, config.warmup_fraction))
-    checkpoints = Checkpoints(config.checkpoint_dir, process, config.keep_checkpoints, run_identity(config, data,
-                              process), log)
+    # The task's metrics checked on one held-out batch before the first step, not after the first epoch: a forward
+    # pass in eval mode, so the weights and the random numbers of training stay as they were.
+    evaluate(task, strategy, held_out, data.stats, process, most_batches=1)
+    # What a checkpoint must share with this run to be resumed from (JSON types: compared after a round trip).
+    identity = {**options_identity(config), "source": data.source, "train_rows": data.train_rows,
+                "test_rows": data.test_rows, "world_size": process.world_size}
+    checkpoints = Checkpoints(config.checkpoint_dir, process, config.keep_checkpoints, identity, log)
     resumed = checkpoints.resume(strategy) if config.resume else None
     if source and config.init_mode == "full":  # that run's progress, but this run's own MLflow run
         resumed = {**checkpoints.continue_from(strategy, *source), "mlflow_run_id": None}
@@ -100,7 +99,8 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
     epoch_totals = resumed.get("epoch_totals") if resumed else None
     tracker = Tracker(config, process.is_main, environment, log)
     run_id = tracker.start(params(config, data, process, per_rank), resumed.get("mlflow_run_id") if resumed else None)
-    meter = StepMeter(process, flops_per_token(task, model, options), counts_tokens=hasattr(task, "count"))
+    flops = task.flops_per_token(model, options) if hasattr(task, "flops_per_token") else None
+    meter = StepMeter(process, flops, counts_tokens=hasattr(task, "count"))
 
     step = resumed["step"] if resumed else 0
 
@@ -109,14 +109,9 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
         nonlocal epoch_totals
         if part["updates"] and not math.isfinite(part["loss_sum"]):
             raise NonFiniteLoss(f"the training loss became {part['loss_sum']} by step {step}: no checkpoint of it "
-                                "was saved. Lower --learning-rate, keep --grad-clip on, or train in fp32 (--precision "
-                                "fp32)")
-        epoch_totals = _added(epoch_totals, part)
-
-    def report() -> dict:
-        figures, part = meter.report()
-        settled(part)
-        return figures
+                                f"was saved. {NON_FINITE_FIX}")
+        totals = epoch_totals or dict.fromkeys(("loss_sum", "items", "examples", "seconds"), 0.0)
+        epoch_totals = {name: total + part[name] for name, total in totals.items()}  # JSON numbers: in checkpoints
 
     log(f"training {config.task_name} on {process.world_size} process(es), {process.device.type}, {config.engine}, "
         f"{config.precision}: {per_rank} examples per rank, {plan.describe()}, steps {step + 1}..{plan.updates}")
@@ -135,8 +130,12 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
                 step += 1
                 end_of_epoch, last = step % plan.updates_per_epoch == 0, step == plan.updates
                 if config.log_every_steps and step % config.log_every_steps == 0:
-                    figures = {**report(), "learning_rate": learning_rate, "grad_norm": _float(grad_norm),
-                               **gpu_memory(process)}
+                    figures, part = meter.report()
+                    settled(part)
+                    grad_norm = None if grad_norm is None else float(grad_norm)
+                    figures.update(learning_rate=learning_rate, grad_norm=grad_norm)
+                    if process.device.type == "cuda":
+                        figures["gpu_memory_gib"] = torch.cuda.max_memory_allocated(process.device) / 2 ** 30
                     tracker.log_step(step, progress_metrics(figures))
                     log(progress_line(step, plan, epoch, figures))
                 with meter.paused():  # evaluations and checkpoints are not training time
@@ -146,9 +145,11 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
                         log(f"step {step}  held-out loss on {config.eval_batches} batch(es) a process: "
                             f"{scores['held_out_loss']:.4f}")
                         strategy.model.train()
+                    save = last or (end_of_epoch and epoch % config.checkpoint_every == 0) or (
+                        config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
+                    if meter.updates and (end_of_epoch or save):  # the figures so far, checked, for a record or a save
+                        settled(meter.settle())
                     if end_of_epoch or last:
-                        if meter.updates:
-                            settled(meter.settle())
                         history.append(epoch_record(task, strategy, held_out, data.stats, process, epoch, step,
                                                     epoch_totals, learning_rate))
                         tracker.log_step(step, history[-1])
@@ -156,10 +157,7 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
                             f"{history[-1]['train_loss']:.4f}  held-out loss {history[-1]['held_out_loss']:.4f} "
                             f"(trivial predictor: {history[-1]['baseline_loss']:.4f})  "
                             f"{time.perf_counter() - started:.1f}s")
-                    if last or (end_of_epoch and epoch % config.checkpoint_every == 0) or (
-                            config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0):
-                        if meter.updates:  # the epoch's figures so far go into the checkpoint, checked
-                            settled(meter.settle())
+                    if save:
                         checkpoints.save(strategy, step, {"epoch": epoch, "history": history, "mlflow_run_id": run_id,
                                                           "epoch_totals": None if end_of_epoch else epoch_totals})
                 if last:
@@ -169,16 +167,14 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
         if not history:  # a resumed run whose budget was already spent: its last checkpoint's record stands
             raise ValueError(f"--max-steps {config.max_steps} is below the {step} steps the run in "
                              f"{config.output_dir} took already: give a larger --max-steps, or a new --output-dir")
-        totals = meter.totals()
         metrics = {
             "task": config.task, "engine": config.engine, "world_size": process.world_size,
             "device": process.device.type, "precision": config.precision,
             "train_examples": per_rank * process.world_size, "held_out_loss": history[-1]["held_out_loss"],
-            "baseline_loss": history[-1]["baseline_loss"], "final": history[-1], "epochs": history,
-            "step": step, "updates_per_epoch": plan.updates_per_epoch, "max_steps": config.max_steps,
+            "baseline_loss": history[-1]["baseline_loss"], "final": history[-1], "epochs": history, "step": step,
+            "updates_per_epoch": plan.updates_per_epoch, "max_steps": config.max_steps,
             "resumed_from_step": resumed["step"] if resumed else None,
-            "examples_per_second": totals["examples_per_second"], "tokens_per_second": totals["tokens_per_second"],
-            "mfu": totals["mfu"],
+            **meter.totals(),  # examples_per_second, tokens_per_second, mfu
             "seconds": round(distributed.max_over_ranks(process, time.perf_counter() - started), 2),
             "staged_data": data.directory, "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
             "mlflow_run_id": run_id, "job_run_id": config.job_run_id, "init_from": config.init_from,
@@ -262,31 +258,16 @@ def recomputing(forward):
                                                                          **options)
 
 
-def flops_per_token(task, model: torch.nn.Module, options) -> float | None:
-    return task.flops_per_token(model, options) if hasattr(task, "flops_per_token") else None
-
-
 def epoch_record(task, strategy, held_out: tuple, stats: dict, process: distributed.Process, epoch: int, step: int,
                  totals: dict, learning_rate: float) -> dict:
-    """An epoch's line in the run's history (or the part of it a --max-steps budget allowed): its training figures
-    and the held-out metrics over the whole split."""
+    """An epoch's line in the run's history: its training figures and the held-out metrics over the whole split."""
     scores = evaluate(task, strategy, held_out, stats, process)
     train_loss = totals["loss_sum"] / totals["items"]
     if not math.isfinite(scores["held_out_loss"]):
         raise NonFiniteLoss(f"the held-out loss became {scores['held_out_loss']} in epoch {epoch}: nothing of this "
-                            "epoch was saved. Lower --learning-rate, keep --grad-clip on, or train in fp32 "
-                            "(--precision fp32)")
+                            f"epoch was saved. {NON_FINITE_FIX}")
     return {"epoch": epoch, "step": step, "train_loss": train_loss, "train_seconds": totals["seconds"],
-            "examples_per_second": totals["examples"] / totals["seconds"],
-            "learning_rate": learning_rate, **scores}
-
-
-def _added(totals: dict | None, part: dict) -> dict:
-    """An epoch's running totals with a settled part more (JSON numbers: they go into checkpoints)."""
-    totals = dict(totals or {"loss_sum": 0.0, "items": 0.0, "examples": 0.0, "seconds": 0.0})
-    for name in totals:
-        totals[name] += part[name]
-    return totals
+            "examples_per_second": totals["examples"] / totals["seconds"], "learning_rate": learning_rate, **scores}
 
 
 def progress_metrics(figures: dict) -> dict:
@@ -298,13 +279,12 @@ def progress_metrics(figures: dict) -> dict:
 
 
 def progress_line(step: int, plan: Plan, epoch: int, figures: dict) -> str:
-    rate = (f"{figures['tokens_per_second']:,.0f} tokens/s" if figures["tokens_per_second"] is not None else
-            f"{figures['examples_per_second']:,.0f} examples/s")
     parts = [f"step {step:>{len(str(plan.updates))}}/{plan.updates}", f"epoch {epoch}", f"loss {figures['loss']:.4f}",
              f"lr {figures['learning_rate']:.2e}"]
     if figures["grad_norm"] is not None:
         parts.append(f"grad norm {figures['grad_norm']:.3f}")
-    parts.append(rate)
+    parts.append(f"{figures['tokens_per_second']:,.0f} tokens/s" if figures["tokens_per_second"] is not None else
+                 f"{figures['examples_per_second']:,.0f} examples/s")
     if figures["mfu"] is not None:
         parts.append(f"MFU {figures['mfu']:.1%}")
     parts.append(f"{figures['step_seconds'] * 1000:,.0f} ms a step ({figures['data_seconds_per_step'] * 1000:,.1f} "
@@ -312,16 +292,6 @@ def progress_line(step: int, plan: Plan, epoch: int, figures: dict) -> str:
     if "gpu_memory_gib" in figures:
         parts.append(f"peak GPU memory {figures['gpu_memory_gib']:.1f} GiB")
     return "  ".join(parts)
-
-
-def gpu_memory(process: distributed.Process) -> dict:
-    if process.device.type != "cuda":
-        return {}
-    return {"gpu_memory_gib": torch.cuda.max_memory_allocated(process.device) / 2 ** 30}
-
-
-def _float(value) -> float | None:
-    return None if value is None else float(value)
 
 
 def load_weights(model: torch.nn.Module, weights: dict, source: str) -> None:
@@ -363,10 +333,9 @@ def warmup_then_cosine(updates: int, warmup_fraction: float, floor: float = 0.1)
 class ShuffledBatches:
     """Batches of examples (a tuple of tensors sliced together) in a new seeded order every epoch.
 
-    After `set_epoch(epoch)` the order depends on the seed and the epoch alone, so a run resumed at any epoch sees the
-    batches an uninterrupted run would have seen; `windows` starts anywhere in an epoch (a mid-epoch resume). Each
-    batch is one gather per tensor: a DataLoader over a TensorDataset reads and collates example by example, several
-    times slower than the steps it feeds.
+    The order depends on the seed and the epoch alone (`set_epoch`), so a resumed run sees the batches an uninterrupted
+    one would have, from mid-epoch too (`windows`). Each batch is one gather per tensor: a DataLoader over a
+    TensorDataset reads and collates example by example, several times slower than the steps it feeds.
     """
 
     def __init__(self, examples: tuple, batch_size: int, seed: int):
@@ -383,7 +352,6 @@ class ShuffledBatches:
         return self.batches(0, len(self))
 
     def batches(self, first: int, end: int):
-        """The epoch's batches `first` to `end` (exclusive), in its order."""
         # int32: half the memory of the default int64, the same order (a rank's memory hardly grows with its data)
         order = torch.randperm(len(self.examples[0]), generator=self.generator, dtype=torch.int32)
         for start in range(first * self.batch_size, min(end * self.batch_size, len(order)), self.batch_size):
@@ -406,9 +374,7 @@ def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.
     """The task's held-out metrics over every rank's share (its first `most_batches` batches, where given). Every
     rank runs the same number of forward passes (ZeRO 3 gathers the weights in each): a rank whose share is done
     repeats its first batch and ignores it."""
-    rows = len(held_out[0])
-    if most_batches is not None:
-        rows = min(rows, most_batches * EVALUATION_BATCH)
+    rows = len(held_out[0]) if most_batches is None else min(len(held_out[0]), most_batches * EVALUATION_BATCH)
     batches = distributed.max_over_ranks(process, math.ceil(rows / EVALUATION_BATCH))
     model, sums = strategy.inference_model, {}
     model.eval()
@@ -421,25 +387,16 @@ def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.
                 part = task.evaluate(model, strategy.to_device(tuple(tensor[part_rows] for tensor in held_out)), stats)
             for name, value in part.items():
                 sums[name] = sums.get(name, 0.0) + (float(value) if counted else 0.0)
-    totals = distributed.sum_dict_over_ranks(process, sums)
-    return check_metrics(task.summarize(totals, stats), task.__name__)
-
-
-def run_identity(config: Config, data: StagedData, process: distributed.Process) -> dict:
-    """What a checkpoint must share with this run to be resumed from (JSON types: compared after a round trip)."""
-    return {**options_identity(config), "source": data.source, "train_rows": data.train_rows,
-            "test_rows": data.test_rows, "world_size": process.world_size}
+    return check_metrics(task.summarize(distributed.sum_dict_over_ranks(process, sums), stats), task.__name__)
 
 
 def params(config: Config, data: StagedData, process: distributed.Process, per_rank: int) -> dict:
-    """What MLflow records of the run."""
+    options = ("epochs", "max_steps", "batch_size", "grad_accumulation", "learning_rate", "weight_decay",
+               "warmup_fraction", "grad_clip", "seed", "compile", "activation_checkpointing", "parallelism")
     recorded = {"task": config.task, "engine": config.engine, "source": data.source,
                 "train_examples": per_rank * process.world_size, "test_rows": data.test_rows,
                 "world_size": process.world_size, "device": process.device.type, "precision": config.precision,
-                **{name: getattr(config, name) for name in ("epochs", "max_steps", "batch_size", "grad_accumulation",
-                                                            "learning_rate", "weight_decay", "warmup_fraction",
-                                                            "grad_clip", "seed", "compile",
-                                                            "activation_checkpointing", "parallelism")},
+                **{name: getattr(config, name) for name in options},
                 **{f"task.{name}": value for name, value in asdict(config.task_options).items()},
                 **({"init_from": config.init_from, "init_mode": config.init_mode} if config.init_from else {})}
     if config.engine == "deepspeed":

@@ -1,0 +1,105 @@
+"""Refusals that need more than the options come as soon as what they need is known, and before anything is written:
+an accumulation window longer than an epoch once the rows are counted (before any training process starts); a resume
+of another run's checkpoints before staging touches that run's staged data (before Spark starts where the options
+tell, else right after the config is resolved)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from distributed_training import launch
+from distributed_training.task_interface import load_task
+from distributed_training.training.checkpoints import options_identity, tag_of
+
+from support.runs import FARE, LANGUAGE
+
+SOURCE = Path(__file__).resolve().parents[2] / "src"
+BOUND_S = 300  # a hang's backstop on a loaded machine
+TRAIN = ["--engine", "torch_distributor", "--task", FARE, "--local", "--epochs", "1", "--no-tracking"]
+
+
+@pytest.fixture
+def run_on_the_shared_session(spark, monkeypatch):
+    """`--local` runs on the test session's Spark, which the run leaves running; a run that got as far as starting
+    training processes fails the test."""
+    from distributed_training.engines import distributor
+
+    def started(*_args, **_kwargs):
+        pytest.fail("the run went on to start its training processes: it must be refused first", pytrace=False)
+
+    monkeypatch.setattr(launch, "_local_session", lambda engine, config: spark)
+    monkeypatch.setattr(spark, "stop", lambda: None)
+    monkeypatch.setattr(distributor.TorchDistributorEngine, "distributor", started)
+
+
+def the_error(capsys) -> str:
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+def test_an_accumulation_window_longer_than_an_epoch_is_refused_once_the_rows_are_counted(
+        spark, tmp_path, capsys, run_on_the_shared_session):
+    table, output_dir = tmp_path / "trips", tmp_path / "run"
+    load_task(FARE).sample_table(spark, seed=0, rows=300).coalesce(1).write.parquet(str(table))
+    started = time.perf_counter()
+    code = launch.main([*TRAIN, "--table", str(table), "--output-dir", str(output_dir), "--grad-accumulation", "100"])
+    assert time.perf_counter() - started < BOUND_S
+    error = the_error(capsys)
+    assert code == 1, error
+    assert str(table) in error and "batch(es) of 64 an epoch for each of 2 processes" in error
+    assert "fewer than one window of --grad-accumulation 100: lower it or --batch-size" in error
+    assert not (output_dir / "staging").exists() and not (output_dir / "metrics.json").exists()
+
+
+def test_a_resume_whose_source_is_known_once_resolved_is_refused_before_staging(tmp_path, capsys,
+                                                                               run_on_the_shared_session):
+    """Without --table the source is known once the config is resolved (here, --local's sample table)."""
+    output_dir = tmp_path / "run"
+    marker = output_dir / "checkpoints" / tag_of(5) / "complete.json"
+    marker.parent.mkdir(parents=True)
+    config = launch.configuration.from_args([*TRAIN, "--output-dir", str(output_dir)])
+    identity = {**options_identity(config), "source": "/elsewhere/trips", "train_rows": 100, "test_rows": 10,
+                "world_size": 2}
+    marker.write_text(json.dumps({"step": 5, "epoch": 1, "run_identity": identity}))
+    assert launch.main([*TRAIN, "--output-dir", str(output_dir)]) == 1
+    error = the_error(capsys)
+    assert "holds the checkpoints of another run (source: '/elsewhere/trips' -> " in error and "--no-resume" in error
+    assert not (output_dir / "staging").exists()
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
+    return {str(path.relative_to(folder)): (path.stat().st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest())
+            for path in sorted(folder.rglob("*")) if path.is_file() and path.name != ".train.lock"}
+
+
+@pytest.mark.engine
+def test_a_resume_across_task_model_or_processes_leaves_the_other_runs_data_untouched(tmp_path, capsys,
+                                                                                     no_spark_starts):
+    """A finished run of the fare task, then runs into its folder that cannot resume it: each is refused before
+    Spark starts (not announced as finished, not staged over), and the run's files stay byte for byte."""
+    output_dir = tmp_path / "run"
+    environment = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")]))}
+    first = subprocess.run([sys.executable, "-m", "distributed_training", "train", *TRAIN, "--output-dir",
+                            str(output_dir)], capture_output=True, text=True, env=environment, timeout=BOUND_S)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = snapshot(output_dir)
+    assert any(name.startswith("staging/") for name in before) and any(name.startswith("checkpoints/")
+                                                                      for name in before)
+    for change, differs in ((["--hidden-sizes", "32"], "task_options: {'hidden_sizes': [64, 64]} -> "
+                                                       "{'hidden_sizes': [32]}"),
+                            (["--task", LANGUAGE], f"task: '{FARE}' -> '{LANGUAGE}'"),
+                            (["--processes", "1", "--epochs", "2"], "world_size: 2 -> 1")):
+        code = launch.main([*TRAIN, "--output-dir", str(output_dir), *change])
+        error = the_error(capsys)
+        assert code == 1 and differs in error and "--no-resume to start over there" in error, error
+    assert snapshot(output_dir) == before
