@@ -33,3 +33,18 @@ class Generation:
 @pytest.fixture
 def generation(tmp_path) -> Generation:
     return Generation(tmp_path)
+
+
+@pytest.fixture
+def run_on_the_shared_session(spark, monkeypatch):
+    """`--local` runs on the test session's Spark, which the run leaves running; a run that got as far as starting
+    training processes fails the test."""
+    from distributed_training import launch
+    from distributed_training.engines import distributor
+
+    def started(*_args, **_kwargs):
+        pytest.fail("the run went on to start its training processes: it must fail before them", pytrace=False)
+
+    monkeypatch.setattr(launch, "_local_session", lambda engine, config: spark)
+    monkeypatch.setattr(spark, "stop", lambda: None)
+    monkeypatch.setattr(distributor.TorchDistributorEngine, "distributor", started)

@@ -111,20 +111,6 @@ def assert_one_error_and_nothing_written(case: Case, code: int, err: str, table:
     assert not (output_dir / "metrics.json").exists() and not (output_dir / "staging").exists()
 
 
-@pytest.fixture
-def run_on_the_shared_session(spark, monkeypatch):
-    """`--local` runs on the test session's Spark, which the run leaves running; a run that got as far as starting
-    training processes fails the test."""
-    from distributed_training.engines import distributor
-
-    def started(*_args, **_kwargs):
-        pytest.fail("the run went on to start its training processes: the data must fail first", pytrace=False)
-
-    monkeypatch.setattr(launch, "_local_session", lambda engine, config: spark)
-    monkeypatch.setattr(spark, "stop", lambda: None)
-    monkeypatch.setattr(distributor.TorchDistributorEngine, "distributor", started)
-
-
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_broken_data_ends_in_one_line_naming_it(case, tmp_path, capfd, run_on_the_shared_session):
     table, output_dir = table_for(case, tmp_path), tmp_path / "run"

@@ -26,20 +26,6 @@ BOUND_S = 300  # a hang's backstop on a loaded machine
 TRAIN = ["--engine", "torch_distributor", "--task", FARE, "--local", "--epochs", "1", "--no-tracking"]
 
 
-@pytest.fixture
-def run_on_the_shared_session(spark, monkeypatch):
-    """`--local` runs on the test session's Spark, which the run leaves running; a run that got as far as starting
-    training processes fails the test."""
-    from distributed_training.engines import distributor
-
-    def started(*_args, **_kwargs):
-        pytest.fail("the run went on to start its training processes: it must be refused first", pytrace=False)
-
-    monkeypatch.setattr(launch, "_local_session", lambda engine, config: spark)
-    monkeypatch.setattr(spark, "stop", lambda: None)
-    monkeypatch.setattr(distributor.TorchDistributorEngine, "distributor", started)
-
-
 def the_error(capsys) -> str:
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, errors
