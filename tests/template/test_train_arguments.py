@@ -41,7 +41,8 @@ def test_an_engine_the_project_does_not_carry_and_a_task_that_does_not_import_ar
     assert error.rule == "unknown-train-engine" and "--engine ray, which this project does not carry" in error.message
     (project / "src" / "my_training" / "task.py").write_text("def broken(:\n")
     [warning] = {finding for finding in findings(project) if finding.rule == "train-options-unreadable"}
-    assert not warning.is_error and "src/my_training does not import without torch (SyntaxError" in warning.message
+    assert not warning.is_error and "src/my_training does not import without torch (the task module" in warning.message
+    assert "task.py, line 1: SyntaxError: invalid syntax" in warning.message
 
 
 def test_a_serverless_environment_without_torch_in_its_base_must_list_it(render):

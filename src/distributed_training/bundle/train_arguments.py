@@ -112,5 +112,6 @@ def _read_accepted(bundle_root: str, package: str, _sources_changed: tuple) -> d
         return f"reading the options of src/{package} took more than {READ_SECONDS} s"
     if completed.returncode != 0:
         last = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+        last = last.split("TaskError: ", 1)[-1]  # the task's own one-line reason (file, line, cause) reads alone
         return f"src/{package} does not import without torch ({last})"
     return json.loads(completed.stdout)
