@@ -20,26 +20,10 @@ from typing import Callable
 
 import pytest
 
-from support.fake_workspace import DUMMY_TOKEN, FakeWorkspace
+from support.fake_workspace import DEMO_BUNDLE as BUNDLE, DEMO_TAGS, DUMMY_TOKEN, FakeWorkspace
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-BUNDLE = """\
-bundle:
-  name: demo
-targets:
-  dev:
-    mode: development
-    default: true
-  prod:
-    mode: production
-resources:
-  jobs:
-    train_ray:
-      name: demo-ray
-      tags: {bundle: "${bundle.name}", job_key: train_ray, target: "${bundle.target}"}
-"""
 NO_JOBS = "bundle:\n  name: demo\n"
-DEMO_TAGS = {"bundle": "demo", "job_key": "train_ray", "target": "dev"}
 
 
 @dataclass

@@ -23,27 +23,10 @@ from pathlib import Path
 import pytest
 
 from distributed_training.cli import main
-from support.fake_workspace import DUMMY_TOKEN, FakeWorkspace
+from support.fake_workspace import DEMO_BUNDLE, DEMO_TAGS, DUMMY_TOKEN, FakeWorkspace
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-BUNDLE = """\
-bundle:
-  name: demo
-targets:
-  dev:
-    mode: development
-    default: true
-  prod:
-    mode: production
-    workspace:
-      profile: prod
-resources:
-  jobs:
-    train_ray:
-      name: demo-ray
-      tags: {bundle: "${bundle.name}", job_key: train_ray, target: "${bundle.target}"}
-"""
-DEMO_TAGS = {"bundle": "demo", "job_key": "train_ray", "target": "dev"}
+BUNDLE = DEMO_BUNDLE.replace("    mode: production\n", "    mode: production\n    workspace:\n      profile: prod\n")
 LOGIN_FIX = ["fix: `databricks auth login --host https://<workspace>`", "DATABRICKS_HOST and DATABRICKS_TOKEN",
              "--profile NAME or DATABRICKS_CONFIG_PROFILE"]
 LOGGED_IN_CLI = f"""#!/bin/sh

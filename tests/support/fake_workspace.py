@@ -38,6 +38,23 @@ TERMINATION_CODE = {"FAILED": "RUN_EXECUTION_ERROR", "TIMEDOUT": "RUN_EXECUTION_
                     "UPSTREAM_FAILED": "RUN_EXECUTION_ERROR", "UPSTREAM_CANCELED": "CANCELED"}
 DUMMY_TOKEN = "dummy-token"
 WORKSPACE_ID = "1234567890"  # the only token the fake accepts: tests give it to the SDK
+# A bundle with one job, as `run` reads it, and the tags the fake workspace finds that job by.
+DEMO_BUNDLE = """\
+bundle:
+  name: demo
+targets:
+  dev:
+    mode: development
+    default: true
+  prod:
+    mode: production
+resources:
+  jobs:
+    train_ray:
+      name: demo-ray
+      tags: {bundle: "${bundle.name}", job_key: train_ray, target: "${bundle.target}"}
+"""
+DEMO_TAGS = {"bundle": "demo", "job_key": "train_ray", "target": "dev"}
 ERROR_CODES = {500: "INTERNAL_ERROR", 502: "BAD_GATEWAY", 503: "TEMPORARILY_UNAVAILABLE",
                429: "REQUEST_LIMIT_EXCEEDED", 504: "DEADLINE_EXCEEDED"}
 

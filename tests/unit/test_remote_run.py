@@ -14,28 +14,10 @@ from pathlib import Path
 import pytest
 
 from distributed_training.cli import main
-from support.fake_workspace import DUMMY_TOKEN, FakeWorkspace, ScriptedRun, snapshot
+from support.fake_workspace import DEMO_BUNDLE, DEMO_TAGS, DUMMY_TOKEN, FakeWorkspace, ScriptedRun, snapshot
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-BUNDLE = """\
-bundle:
-  name: demo
-variables:
-  epochs:
-    default: "5"
-targets:
-  dev:
-    mode: development
-    default: true
-  prod:
-    mode: production
-resources:
-  jobs:
-    train_ray:
-      name: demo-ray
-      tags: {bundle: "${bundle.name}", job_key: train_ray, target: "${bundle.target}"}
-"""
-DEMO_TAGS = {"bundle": "demo", "job_key": "train_ray", "target": "dev"}
+BUNDLE = DEMO_BUNDLE.replace("targets:", 'variables:\n  epochs:\n    default: "5"\ntargets:', 1)
 FAST = ["--poll-interval", "0.02"]
 
 
