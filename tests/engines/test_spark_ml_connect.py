@@ -1,11 +1,14 @@
-"""Spark ML for real: `train --engine spark_ml_connect --local` on a local Spark Connect server (remote("local[2]")).
+"""Spark ML for real: `train --engine spark_ml_connect --local` on a local Spark Connect server.
 
-Each run is a fresh interpreter (the Connect server starts its own JVM). Spark ML keeps its own tabular pipeline,
+Each run is a fresh interpreter (the Connect server starts its own JVM); the two APIs' runs start together, as two
+local runs on one machine may, and each must find its own server. Spark ML keeps its own tabular pipeline,
 the fare of taxi trips, whatever the project's task; it is held to the torch engines' fare bar: a held-out RMSE at
 least 3 times below predicting the training mean (2.5 times for gradient-boosted trees).
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -17,22 +20,29 @@ from conftest import FARE, LANGUAGE, metrics_of, output_of, train_command
 TREES_BETTER_THAN_THE_MEAN = 2.5
 
 
-def train_spark_ml(output_dir, *options, task=FARE):
-    completed = train_command(output_dir, "spark_ml_connect", task, *options)
-    assert completed.returncode == 0, output_of(completed)
-    return completed
-
-
 def assert_beats_the_mean(metrics: dict, factor: float = 3.0) -> None:
     final = metrics["final"]
     assert final["test_rmse"] * factor < final["baseline_rmse"], final
     assert metrics["held_out_loss"] < metrics["baseline_loss"] / factor ** 2, metrics
 
 
+@pytest.fixture(scope="module")
+def runs_at_once(tmp_path_factory):
+    """Each API's run, both started at the same moment: {api: (output folder, completed run)}."""
+    runs = {"connect": (LANGUAGE,), "classic": (FARE, "--spark-ml-api", "classic", "--spark-ml-model", "gbt")}
+    folders = {api: tmp_path_factory.mktemp(api) for api in runs}
+    with ThreadPoolExecutor(len(runs)) as pool:
+        started = {api: pool.submit(train_command, folders[api], "spark_ml_connect", task, *options)
+                   for api, (task, *options) in runs.items()}
+    for api, run in started.items():
+        assert run.result().returncode == 0, f"{api}: {output_of(run.result())}"
+    return {api: (folders[api], run.result()) for api, run in started.items()}
+
+
 @pytest.mark.engine
-def test_the_pyspark_ml_connect_pipeline_learns_the_fare_whatever_the_task(tmp_path):
+def test_the_pyspark_ml_connect_pipeline_learns_the_fare_whatever_the_task(runs_at_once):
     """A causal-LM project's Spark ML job trains the same tabular pipeline, on its own sample of trips."""
-    completed = train_spark_ml(tmp_path, task=LANGUAGE)
+    tmp_path, completed = runs_at_once["connect"]
     assert "Spark ML over Spark Connect, connect API (pyspark.ml.connect), linear regression" in completed.stdout
     assert "shaped like samples.nyctaxi.trips" in completed.stdout
     metrics = metrics_of(tmp_path)
@@ -51,8 +61,8 @@ def test_the_pyspark_ml_connect_pipeline_learns_the_fare_whatever_the_task(tmp_p
 
 
 @pytest.mark.engine
-def test_the_classic_api_offers_more_estimators_over_the_same_connect_session(tmp_path):
-    completed = train_spark_ml(tmp_path, "--spark-ml-api", "classic", "--spark-ml-model", "gbt")
+def test_the_classic_api_offers_more_estimators_over_the_same_connect_session(runs_at_once):
+    tmp_path, completed = runs_at_once["classic"]
     assert "Spark ML over Spark Connect, classic API (pyspark.ml), gbt regression" in completed.stdout
     assert_beats_the_mean(metrics_of(tmp_path), TREES_BETTER_THAN_THE_MEAN)
     assert (tmp_path / "model" / "metadata").is_dir() and (tmp_path / "model" / "stages").is_dir()

@@ -1,7 +1,8 @@
 """Train with Ray Train: the shared loop on every worker of a `TorchTrainer`, on a Ray cluster started for the run.
 
 Where Ray runs, following the platform's advice (single node first):
-- one node: plain `ray.init()` on the driver, one training worker per GPU it has (or N CPU workers, --processes);
+- one node: a Ray of its own on the driver (`ray.init(address="local")`), one training worker per GPU it has (or N
+  CPU workers, --processes);
 - several nodes: Ray on Spark, `ray.util.spark.setup_ray_cluster`: one Ray worker node per Spark worker, as large
   as the node type (its CPUs from the catalog, its GPUs). Spark tasks must hold no GPU while Ray runs, so the job
   cluster keeps `spark.task.resource.gpu.amount` at 0 (the guards and the preflight check it). The Ray head node
@@ -110,7 +111,7 @@ def ray_running(where: RayPlacement, logs_dir: str):
     import ray
 
     if not where.on_spark:
-        ray.init()
+        ray.init(address="local")  # a new Ray of its own, never one that another run on this machine started
         try:
             yield
         finally:

@@ -10,16 +10,17 @@ stated against predicting the training mean, as the torch engines state theirs. 
 - `classic`, `pyspark.ml` over Spark Connect (Spark 4): the full MLlib, trained on the server: linear regression,
   gradient-boosted trees or a random forest. The only one on Standard compute, whose runtime has no torch.
 
-The session is the driver's own on a cluster; with --local a local Spark Connect server that pyspark starts. The
+The session is the driver's own on a cluster; with --local a Spark Connect server of its own, on a free port. The
 fitted pipeline is saved to OUTPUT_DIR/model and, with MLflow, logged with the run's params and scores.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
-import warnings
+import uuid
 
 from ..config import Config, placement
 from ..files import write_json
@@ -57,20 +58,27 @@ class SparkMLEngine(Engine):
                 .drop("id"))
 
     def local_session(self, config: Config):
-        """A Spark Connect session on a local server that pyspark starts (and stops with the session)."""
+        """A Spark Connect session on a local server of its own, started as pyspark's remote("local[N]") starts one
+        but on a free port: pyspark's is always 15002, where a second local run on the machine would meet the first's
+        server (or fail to start its own)."""
         from pyspark.sql import SparkSession
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
 
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run talks only to itself
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the server's Python workers need this interpreter
+        os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", uuid.uuid4().hex)  # the server's, and the client's
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
         cores = max(placement(config).world_size, 2)
-        builder = (SparkSession.builder.remote(f"local[{cores}]")
-                   .config("spark.sql.warehouse.dir", os.path.join(config.output_dir, WAREHOUSE_DIR))
-                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", str(cores)))
-        with warnings.catch_warnings():
-            # The static confs reach the server when it starts; pyspark sets them once more on the session, in vain.
-            warnings.filterwarnings("ignore", message=".*CANNOT_MODIFY_CONFIG.*")
-            return builder.getOrCreate()
+        (SparkSession.builder.master(f"local[{cores}]")
+         .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
+         .config("spark.connect.grpc.binding.address", "127.0.0.1").config("spark.connect.grpc.binding.port", port)
+         .config("spark.sql.warehouse.dir", os.path.join(config.output_dir, WAREHOUSE_DIR))
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", str(cores)).getOrCreate())
+        os.environ.update(SPARK_CONNECT_MODE_ENABLED="1", SPARK_LOCAL_REMOTE="1")  # as pyspark marks a local server
+        return ConnectSession.builder.remote(f"sc://localhost:{port}").getOrCreate()
 
     def train(self, spark, config: Config, environment: dict[str, str]) -> TrainingRun:
         """Split the table, fit the pipeline on the training rows, score the held-out rows."""
