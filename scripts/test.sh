@@ -3,7 +3,8 @@
 #   bash scripts/test.sh          the whole suite (what CI runs); the slowest tests are listed at the end
 #   bash scripts/test.sh --fast   every module's unit tests, no engine runs (tests marked `engine`): a few minutes
 # Further arguments go to pytest. DATABRICKS_BUNDLE_SCHEMA=path/to/jsonschema.json (`databricks bundle schema`)
-# adds the JSON-schema tests.
+# adds the JSON-schema tests. The tests run in one pytest-xdist worker per core (TEST_WORKERS=N for another count,
+# 0 for none): an engine test keeps about one core busy, as it waits on JVMs and processes that start one at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -12,4 +13,4 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   set -- -m "not engine" "$@"
 fi
-exec .venv/bin/python -m pytest --durations=20 "$@"
+exec .venv/bin/python -m pytest --numprocesses "${TEST_WORKERS:-auto}" --dist worksteal --durations=20 "$@"

@@ -47,10 +47,14 @@ def deepspeed_cpu_op(tmp_path_factory) -> str:
     The session's own folder, not torch's default (~/.cache/torch_extensions/py311_cpu), which every interpreter of
     the machine shares: another virtual environment that uses DeepSpeed (a generated project's, another checkout's)
     rebuilds the op there for its own paths, so what a test finds there may be built for somewhere else, or locked
-    by a build in progress."""
+    by a build in progress. With several pytest-xdist workers, the folder is the run's, shared by them: the first
+    builds the op, the others wait on torch's lock and find it built."""
     from distributed_training.engines.deepspeed import build_cpu_communication_op
 
-    folder = str(tmp_path_factory.mktemp("torch_extensions"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = str(tmp_path_factory.getbasetemp().parent / "torch_extensions")  # the workers' common folder
+    else:
+        folder = str(tmp_path_factory.mktemp("torch_extensions"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TORCH_EXTENSIONS_DIR", folder)
         patch.setenv("PATH", _interpreter_first_on_path())
