@@ -185,7 +185,7 @@ def gpu_task(job):
     (lambda job: gpu_task(job).update(code_source_path="../src"), "code-source-outside-bundle"),
     (lambda job: gpu_task(job)["deployments"][0].update(command_path="${workspace.file_path}/src/run.sh"),
      "command-file-missing"),
-    (lambda job: gpu_task(job)["deployments"][0].update(command_path="command.sh"), "command-file-missing"),
+    (lambda job: gpu_task(job)["deployments"][0].update(command_path="command.sh"), "local-path-missing"),
 ])
 def test_validate_catches_hand_edits_of_a_serverless_job(render, edit, rule):
     project = render(compute="serverless_gpu")

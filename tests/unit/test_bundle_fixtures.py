@@ -203,8 +203,9 @@ def test_the_paths_the_template_writes_pass(tmp_path):
     # names a synced file of the project
     ({"command_path": "${workspace.file_path}/src/train.sh"}, ("command-file-missing", "error", COMMAND)),
     ({"command_path": "${workspace.file_path}/../command.sh"}, ("command-file-missing", "error", COMMAND)),
-    # a relative command_path is read from the folder of the YAML file that sets it (here resources/)
-    ({"command_path": "src/command.sh"}, ("command-file-missing", "error", COMMAND)),
+    # a relative command_path is read from the folder of the YAML file that sets it (here resources/), as every
+    # local path the CLI translates (see tests/failures/test_missing_local_paths.py)
+    ({"command_path": "src/command.sh"}, ("local-path-missing", "error", COMMAND)),
     # the platform runs the script at a workspace path on each node, as databricks/bundle-examples
     # contrib/templates/air-training syncs it: a volume path is a warning
     ({"command_path": "/Volumes/main/default/v/command.sh"}, ("serverless-gpu-command-path", "warning", COMMAND)),

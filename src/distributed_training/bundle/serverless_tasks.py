@@ -6,8 +6,9 @@ Paths, as the Databricks CLI reads them (v1.13.0):
   CODE_SOURCE_PATH. A local one is refused inside a for_each_task and with git_source.
   (bundle/config/mutator/aicode/validate.go)
 - `deployments[].command_path`, when local, is relative to the YAML file like a notebook path, and becomes
-  ${workspace.file_path}/<path>: the file must exist inside the bundle. Written as ${workspace.file_path}/<path>,
-  it names the same synced file. (bundle/config/mutator/paths/job_paths_visitor.go)
+  ${workspace.file_path}/<path>: the file must exist inside the bundle (checked with every local path, see
+  `local_paths`). Written as ${workspace.file_path}/<path>, it names the same synced file, which must exist too.
+  (bundle/config/mutator/paths/job_paths_visitor.go)
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from ..findings import Finding
 from ..serverless import check_accelerators, check_engine
 from .clusters import jobs_of, task_engine, tasks_of
 from .paths import Path, format_path
-from .sourced import file_at
 
 CLASSIC_TASK_COMPUTE = ("job_cluster_key", "new_cluster", "existing_cluster_id", "libraries")
 FILE_PATH_PREFIX = "${workspace.file_path}/"
@@ -32,16 +32,16 @@ def _mapping(value: Any) -> Mapping:
     return value if isinstance(value, dict) else {}
 
 
-def serverless_gpu_findings(tree: Mapping, sourced: Mapping, bundle_root: FilePath, root_file: str) -> list[Finding]:
-    """Every `ai_runtime_task` of a target's tree (its references resolved; `sourced`: the same tree before, which
-    knows each value's file): no classic compute beside it, one deployment (the preview's limit), accelerators the
-    platform offers, paths as the CLI resolves them, and an engine whose loop runs under torchrun."""
+def serverless_gpu_findings(tree: Mapping, bundle_root: FilePath) -> list[Finding]:
+    """Every `ai_runtime_task` of a target's tree (its references resolved): no classic compute beside it, one
+    deployment (the preview's limit), accelerators the platform offers, paths as the CLI resolves them, and an engine
+    whose loop runs under torchrun."""
     findings = []
     for job_key, job in jobs_of(tree):
         tasks = list(tasks_of(job, ("resources", "jobs", job_key)))
         gpu_tasks = [(path, task) for path, task in tasks if isinstance(task.get("ai_runtime_task"), dict)]
         for task_path, task in gpu_tasks:
-            findings += _task_findings(sourced, task_path, task, bundle_root, root_file, "git_source" in job)
+            findings += _task_findings(task_path, task, bundle_root, "git_source" in job)
             findings += _torch_in_environment(job, job_key, task)
         if gpu_tasks:
             for task_path, task in tasks:
@@ -51,8 +51,7 @@ def serverless_gpu_findings(tree: Mapping, sourced: Mapping, bundle_root: FilePa
     return findings
 
 
-def _task_findings(tree: Mapping, task_path: Path, task: Mapping, root: FilePath, root_file: str,
-                   git_source: bool) -> list[Finding]:
+def _task_findings(task_path: Path, task: Mapping, root: FilePath, git_source: bool) -> list[Finding]:
     findings = [Finding("mixed-compute", f"task {task.get('task_key')!r} runs on serverless GPU compute "
                         f"(ai_runtime_task) but also sets {name}, which belongs to classic clusters",
                         f"drop {name}: the task's size is its accelerator_type and accelerator_count, and its "
@@ -68,9 +67,8 @@ def _task_findings(tree: Mapping, task_path: Path, task: Mapping, root: FilePath
                                 f"ai_runtime_task has {len(deployments)} deployments; the preview runs exactly one",
                                 "give one deployment: every node runs its command", path=format_path(deployments_path)))
     for index, deployment in enumerate(deployments if isinstance(deployments, list) else []):
-        command_path = (*deployments_path, index, "command_path")
-        defined_in = file_at(tree, command_path) or root_file
-        findings += _command_path(_mapping(deployment).get("command_path"), command_path, root, defined_in)
+        findings += _command_path(_mapping(deployment).get("command_path"), (*deployments_path, index, "command_path"),
+                                  root)
         compute = _mapping(_mapping(deployment).get("compute"))
         if compute:
             prefix = format_path((*deployments_path, index, "compute")) + "."
@@ -133,7 +131,7 @@ def _code_source(value: Any, path: Path, root: FilePath, in_for_each: bool, git_
     return findings
 
 
-def _command_path(value: Any, path: Path, root: FilePath, defined_in: str) -> list[Finding]:
+def _command_path(value: Any, path: Path, root: FilePath) -> list[Finding]:
     where = format_path(path)
     if isinstance(value, str) and value.startswith(NOT_WORKSPACE):
         return [Finding("serverless-gpu-command-path", f"command_path {value} is not a workspace path, and the "
@@ -147,12 +145,4 @@ def _command_path(value: Any, path: Path, root: FilePath, defined_in: str) -> li
         return [Finding("command-file-missing", f"command_path {value} names {named} among the synced files, and the "
                         "project has no such file", "name a script of the project as ${workspace.file_path}/<path "
                         "from the bundle root>", path=where)]
-    if not _local(value):
-        return []
-    named = posixpath.normpath(posixpath.join(posixpath.dirname(defined_in), value))
-    if named.startswith("../") or not (root / named).is_file():
-        return [Finding("command-file-missing", f"command_path {value} names {named} from the bundle root, and the "
-                        "project has no such file: the CLI reads it from the folder of the file that sets it",
-                        f"name the script relative to {posixpath.dirname(defined_in) or 'the bundle root'}, e.g. "
-                        "../src/command.sh from resources/", path=where)]
     return []

@@ -57,12 +57,15 @@ def source_of(tree: Any, key: str | int) -> str | None:
 def file_at(tree: Any, path: Path) -> str | None:
     """The file that defined the deepest part of `path` present in `tree` (None: nothing of it is there)."""
     node, found = tree, None
-    for part in path:
-        found = source_of(node, part) or found
-        if isinstance(node, dict) and isinstance(part, str) and part in node:
-            node = node[part]
+    for part in path:  # `source_of` inlined: every finding and every local path asks
+        sources = getattr(node, "sources", None)
+        if isinstance(node, dict) and isinstance(part, str):
+            found = (sources.get(part) if sources is not None else None) or found
+            if part not in node:
+                break
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
+            found = (sources[part] if sources is not None and part < len(sources) else None) or found
         else:
             break
+        node = node[part]
     return found

@@ -5,8 +5,8 @@ Layers, for every target (or the bundle itself when it declares none):
 2. the CLI's JSON schema, when one is given: every file, the merged files, each target (see `schema`);
 3. the typed job classes of databricks-bundles (see `typed`);
 4. references and variables, and rules the schema cannot express (see `references`, `checks`, `wheel_tasks`),
-   serverless GPU tasks among them (`serverless_tasks`), and the jobs' arguments to the project's own `train`
-   (`train_arguments`);
+   serverless GPU tasks among them (`serverless_tasks`), the project files the CLI resolves paths to
+   (`local_paths`), and the jobs' arguments to the project's own `train` (`train_arguments`);
 5. the compute guards on every cluster (`clusters`), over the project's own node-type catalog when it has one
    (src/<package>/compute/node_types.yaml), else this package's.
 
@@ -28,6 +28,7 @@ from ..findings import Finding
 from . import checks
 from .clusters import guard_findings
 from .loader import IMPLICIT_TARGET, Bundle, NotABundle, load_bundle
+from .local_paths import local_path_findings
 from .paths import parse_path
 from .references import Resolver, reference_findings, substitute
 from .schema import SCHEMA_ENV, SchemaUnavailable, load_validator, schema_findings
@@ -110,11 +111,13 @@ def _bundle_findings(bundle: Bundle, validator, memo: Memo) -> list[Finding]:
 @dataclass
 class Memo:
     """What the checks of one bundle's targets share, so that a large bundle is parsed once, not once per target:
-    the typed parse of each job mapping (a job a target leaves as it is is the same mapping in every target), and
-    the resources of the files, which the schema has checked already (see `_target_schema_findings`)."""
+    the typed parse of each job mapping (a job a target leaves as it is is the same mapping in every target),
+    the resources of the files, which the schema has checked already (see `_target_schema_findings`), and what is
+    at each local path the bundle names (see `local_path_findings`)."""
 
     typed: dict = field(default_factory=dict)  # see `typed_findings`
     file_resources: dict = field(default_factory=dict)  # (type, key) -> the resource as each file defines it
+    path_kinds: dict = field(default_factory=dict)  # path from the bundle root -> what is there
 
 
 def _target_schema_findings(validator, tree: dict, memo: Memo) -> list[Finding]:
@@ -147,7 +150,8 @@ def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog, mem
     findings += checks.job_cluster_key_findings(resolved)
     findings += checks.single_node_findings(resolved)
     findings += checks.num_nodes_findings(resolved)
-    findings += serverless_gpu_findings(resolved, tree, bundle.root, bundle.root_file.name)
+    findings += serverless_gpu_findings(resolved, bundle.root)
+    findings += local_path_findings(resolved, tree, bundle.root, memo.path_kinds)
     findings += wheel_library_findings(resolved)
     findings += wheel_task_findings(resolved, bundle.root)
     findings += train_argument_findings(resolved, bundle.root)
