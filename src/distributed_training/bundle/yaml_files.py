@@ -101,10 +101,13 @@ def load_yaml(file: FilePath, relative_name: str, budget: ValueBudget | None = N
         return YamlFile(None, [text])
     try:
         with gc_paused():
-            anchor_paths = _measure(text, relative_name, budget)
+            plain = "&" not in text and "*" not in text  # no anchor, no alias: no value stands for more than itself
+            anchor_paths = set() if plain else _measure(text, relative_name, budget)
             loader = BundleYamlLoader(text)
             try:
                 node = loader.get_single_node()
+                if plain:
+                    _measure_nodes(node, relative_name, budget)
                 duplicates = list(_duplicate_keys(node, (), set()))
                 data = loader.construct_document(node) if node is not None else None
             finally:
@@ -243,6 +246,28 @@ def _measure(text: str, relative_name: str, budget: ValueBudget) -> set[Path]:
         parser.dispose()
     budget.left -= values
     return anchor_paths
+
+
+def _measure_nodes(node: yaml.Node | None, relative_name: str, budget: ValueBudget) -> None:
+    """`_measure` for a text without anchors and aliases, on its nodes as libyaml composed them (in C, with its own
+    nesting limit): the same limits and the same count, in the same order, without parsing the text a second time."""
+    values, stack = 0, [(node, 0)] if node is not None else []
+    while stack:
+        node, depth = stack.pop()
+        values += 1
+        if values > budget.left:
+            raise _LimitExceeded(_limit_finding(
+                "yaml-too-many-values", relative_name, node.start_mark,
+                f"holds more values than the limit of {budget.limit:,} for a bundle's files together",
+                "split the bundle: no real bundle comes near this"))
+        if isinstance(node, yaml.ScalarNode):
+            continue
+        if depth >= MAX_DEPTH:
+            raise _LimitExceeded(_limit_finding("yaml-too-deep", relative_name, node.start_mark,
+                                                f"nests deeper than {MAX_DEPTH} levels", TOO_DEEP_FIX))
+        children = [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else node.value
+        stack.extend((child, depth + 1) for child in reversed(children))  # popped in the document's order
+    budget.left -= values
 
 
 def _child_path(stack: list[_Frame]) -> Path | None:
