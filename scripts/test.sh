@@ -13,4 +13,4 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   set -- -m "not engine" "$@"
 fi
-exec .venv/bin/python -m pytest --numprocesses "${TEST_WORKERS:-auto}" --dist worksteal --durations=20 "$@"
+exec .venv/bin/python -m pytest --numprocesses "${TEST_WORKERS:-auto}" --dist loadgroup --durations=20 "$@"

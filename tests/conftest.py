@@ -8,6 +8,13 @@ import sys
 import pytest
 
 
+def pytest_collection_modifyitems(items):
+    """The engine tests first, in their order, then the rest: with a pytest-xdist worker per core (scripts/test.sh),
+    the long runs start early and the many short tests fill in around them, instead of the run ending on one long
+    test while the other worker waits."""
+    items.sort(key=lambda item: item.get_closest_marker("engine") is None)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """A real local Spark session (master local[2]) for the whole test session, stopped at the end.
