@@ -208,3 +208,24 @@ def test_several_root_files_are_refused_like_the_cli(tmp_path):
     [finding] = validate_bundle(tmp_path)["default"]
     assert (finding.rule, finding.file) == ("several-root-files", "bundle.yml")
     assert "keep databricks.yml" in finding.fix
+
+
+def test_a_file_that_grows_after_its_size_was_taken_is_read_whole_and_still_bounded(tmp_path, monkeypatch):
+    """The size from the stat sizes the read, and a file that grew since is read on, up to the limit."""
+    import os
+
+    from distributed_training.bundle import yaml_files
+
+    file = tmp_path / "databricks.yml"
+    file.write_text("bundle:\n  name: grown\n" + "# a comment\n" * 20)
+    real_stat = os.stat
+
+    def stat_from_when_it_was_short(path, *args, **kwargs):
+        info = real_stat(path, *args, **kwargs)
+        return os.stat_result((*info[:6], 10, *info[7:10])) if str(path) == str(file) else info
+
+    monkeypatch.setattr(yaml_files.os, "stat", stat_from_when_it_was_short)
+    loaded = yaml_files.load_yaml(file, "databricks.yml")
+    assert loaded.data == {"bundle": {"name": "grown"}} and loaded.findings == []
+    monkeypatch.setattr(yaml_files, "MAX_FILE_BYTES", 100)
+    assert [finding.rule for finding in yaml_files.load_yaml(file, "databricks.yml").findings] == ["yaml-too-large"]

@@ -155,7 +155,10 @@ def _read_text(file: FilePath, relative_name: str) -> str | Finding:
         with os.fdopen(descriptor, "rb") as opened:
             if not stat.S_ISREG(os.fstat(opened.fileno()).st_mode):  # replaced since the stat above
                 return unreadable("it is no longer a regular file", "include only YAML or JSON files")
-            content = opened.read(MAX_FILE_BYTES + 1)
+            # Its size and a byte more: a read sized to the limit allocates the limit's 64 MiB, once per file.
+            content = opened.read(info.st_size + 1)
+            if len(content) > info.st_size:  # it grew since the stat
+                content += opened.read(MAX_FILE_BYTES + 1 - len(content))
     except OSError as error:
         return unreadable(str(error), "make the file readable")
     if len(content) > MAX_FILE_BYTES:
