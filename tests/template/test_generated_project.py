@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-# One xdist worker takes the whole module: its project is installed once (several minutes), not once per worker.
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(3600), pytest.mark.xdist_group("installed_project")]
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(3600)]
 TORCH, DEEPSPEED = "torch==2.13.0", "deepspeed==0.19.8"
 REPOSITORY = Path(__file__).resolve().parents[2]
 RATIO = 0.9  # held-out loss against the trivial predictor's (the unigram model) on the same rows

@@ -102,17 +102,26 @@ class Tracker:
 
     def log_file(self, path: str) -> None:
         if self.active:
+            self._flush()
             self.mlflow.log_artifact(path)
 
     def log_folder(self, path: str, name: str) -> None:
         """A whole folder (a saved Spark ML pipeline) as artifacts of the run, under `name`."""
         if self.active:
+            self._flush()
             self.mlflow.log_artifacts(path, name)
+
+    def _flush(self) -> None:
+        """What log_step left to the background, written: logging an artifact or a model reads the run back, and a
+        local file store fails on a metric file still being written ("Metric ... is malformed"), as a busy machine
+        showed."""
+        self.mlflow.flush_async_logging()
 
     def log_model(self, model, example_input) -> None:
         """The trained model as the task exports it, with an input example (and so a signature)."""
         if not self.active:
             return
+        self._flush()
         registered = self.config.register_model
         if registered and (self.mlflow.get_tracking_uri() or "").startswith("databricks"):
             self.mlflow.set_registry_uri("databricks-uc")
@@ -122,7 +131,7 @@ class Tracker:
 
     def finish(self, succeeded: bool) -> None:
         if self.active:
-            self.mlflow.flush_async_logging()  # what log_step left to the background is written before the run ends
+            self._flush()  # before the run ends
         if self.active and self.mlflow.active_run() is not None:
             self.mlflow.end_run(status="FINISHED" if succeeded else "FAILED")
         if self.owns_tracking_uri:
