@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..findings import Finding
-from .clusters import clusters_of, jobs_of, task_clusters, task_option, tasks_of
+from .clusters import as_mapping, clusters_of, jobs_of, task_clusters, task_option, tasks_of
 from .paths import Path, format_path
 
 SINGLE_NODE_PROFILE = ("spark.databricks.cluster.profile", "singleNode")
@@ -17,9 +17,6 @@ CLASSIC_SINGLE_NODE = ('num_workers: 0, spark_conf: {spark.databricks.cluster.pr
                        'spark.master: "local[*, 4]"}, custom_tags: {ResourceClass: SingleNode}')
 NEW_SINGLE_NODE = "kind: CLASSIC_PREVIEW, is_single_node: true (and use_ml_runtime: true on an ML runtime)"
 
-
-def _mapping(value: Any) -> Mapping:
-    return value if isinstance(value, dict) else {}
 
 
 def resource_shape_findings(tree: Mapping) -> list[Finding]:
@@ -31,11 +28,11 @@ def resource_shape_findings(tree: Mapping) -> list[Finding]:
     if not _mapping_or_reference(resources):
         return [_not_a_mapping(("resources",), "of resource types (jobs, pipelines, ...)")]
     findings = []
-    for resource_type, of_type in _mapping(resources).items():
+    for resource_type, of_type in as_mapping(resources).items():
         if not _mapping_or_reference(of_type):
             findings.append(_not_a_mapping(("resources", resource_type), "of resource keys to resources"))
         findings += [_not_a_mapping(("resources", resource_type, key), "of the resource's fields")
-                     for key, resource in _mapping(of_type).items() if not _mapping_or_reference(resource)]
+                     for key, resource in as_mapping(of_type).items() if not _mapping_or_reference(resource)]
     return findings
 
 
@@ -75,8 +72,8 @@ def single_node_findings(tree: Mapping) -> list[Finding]:
 
 
 def _classic_single_node_parts(cluster: Mapping) -> dict[str, bool]:
-    spark_conf = _mapping(cluster.get("spark_conf"))
-    custom_tags = _mapping(cluster.get("custom_tags"))
+    spark_conf = as_mapping(cluster.get("spark_conf"))
+    custom_tags = as_mapping(cluster.get("custom_tags"))
     return {
         "spark_conf.spark.databricks.cluster.profile: singleNode":
             spark_conf.get(SINGLE_NODE_PROFILE[0]) == SINGLE_NODE_PROFILE[1],
@@ -87,7 +84,7 @@ def _classic_single_node_parts(cluster: Mapping) -> dict[str, bool]:
 
 def _workers(cluster: Mapping) -> int | None:
     """The worker nodes a cluster asks for beyond its driver (autoscale: its maximum); None when not a number."""
-    value = _mapping(cluster.get("autoscale")).get("max_workers", cluster.get("num_workers", 0))
+    value = as_mapping(cluster.get("autoscale")).get("max_workers", cluster.get("num_workers", 0))
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -154,7 +151,7 @@ def bundle_name_findings(tree: Mapping) -> list[Finding]:
     """`bundle.name` is required: the CLI names the deployment folder after it and stops without one
     (bundle/config/mutator/default_workspace_root.go: "bundle name not defined"; the schema's config.Bundle
     requires it too)."""
-    name = _mapping(tree.get("bundle")).get("name")
+    name = as_mapping(tree.get("bundle")).get("name")
     if isinstance(name, str) and name.strip():
         return []
     what = "is empty" if isinstance(name, str) else "is missing" if name is None else f"is {name!r}, not a name"
@@ -166,9 +163,9 @@ def bundle_name_findings(tree: Mapping) -> list[Finding]:
 def production_root_path_findings(root_tree: Mapping) -> list[Finding]:
     """A `mode: production` target must set `workspace.root_path` itself (not inherit a shared one)."""
     findings = []
-    for name, target in _mapping(root_tree.get("targets")).items():
-        target = _mapping(target)
-        if target.get("mode") == "production" and not _mapping(target.get("workspace")).get("root_path"):
+    for name, target in as_mapping(root_tree.get("targets")).items():
+        target = as_mapping(target)
+        if target.get("mode") == "production" and not as_mapping(target.get("workspace")).get("root_path"):
             findings.append(Finding(
                 "production-without-root-path",
                 f"target {name!r} is in production mode but does not set its own workspace.root_path, so its "
@@ -180,8 +177,8 @@ def production_root_path_findings(root_tree: Mapping) -> list[Finding]:
 
 
 def default_target_findings(root_tree: Mapping) -> list[Finding]:
-    defaults = [str(name) for name, target in _mapping(root_tree.get("targets")).items()
-                if _mapping(target).get("default") is True]
+    defaults = [str(name) for name, target in as_mapping(root_tree.get("targets")).items()
+                if as_mapping(target).get("default") is True]
     if len(defaults) < 2:
         return []
     return [Finding("several-default-targets", f"targets {', '.join(defaults)} are all marked default: true",

@@ -18,28 +18,28 @@ from .paths import Path, format_path
 CLUSTER_REFERENCE = re.compile(r"^\$\{resources\.clusters\.([^.}]+)\.id\}$")
 
 
-def _mapping(value: Any) -> Mapping:
+def as_mapping(value: Any) -> Mapping:
     return value if isinstance(value, dict) else {}
 
 
-def _list(value: Any) -> list:
+def as_list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
 def jobs_of(tree: Mapping) -> Iterator[tuple[str, Mapping]]:
-    for key, job in _mapping(_mapping(tree.get("resources")).get("jobs")).items():
+    for key, job in as_mapping(as_mapping(tree.get("resources")).get("jobs")).items():
         if isinstance(job, dict):
             yield str(key), job
 
 
 def tasks_of(job: Mapping, job_path: Path) -> Iterator[tuple[Path, Mapping]]:
     """Every task of a job with its path, including the task inside a for_each_task."""
-    for index, task in enumerate(_list(job.get("tasks"))):
+    for index, task in enumerate(as_list(job.get("tasks"))):
         if not isinstance(task, dict):
             continue
         path = (*job_path, "tasks", index)
         yield path, task
-        inner = _mapping(task.get("for_each_task")).get("task")
+        inner = as_mapping(task.get("for_each_task")).get("task")
         if isinstance(inner, dict):
             yield (*path, "for_each_task", "task"), inner
 
@@ -53,11 +53,11 @@ def task_clusters(tree: Mapping) -> Iterator[tuple[Path, Mapping, Path, Mapping]
     """(task path, task, cluster path, cluster spec) for every task that runs on a classic cluster the bundle
     defines: its own `new_cluster`, a job cluster by `job_cluster_key`, or an all-purpose cluster named by
     `existing_cluster_id: ${resources.clusters.KEY.id}`."""
-    all_purpose = _mapping(_mapping(tree.get("resources")).get("clusters"))
+    all_purpose = as_mapping(as_mapping(tree.get("resources")).get("clusters"))
     for job_key, job in jobs_of(tree):
         job_path = ("resources", "jobs", job_key)
         job_clusters: dict[str, tuple[int, Mapping]] = {}
-        for index, job_cluster in enumerate(_list(job.get("job_clusters"))):
+        for index, job_cluster in enumerate(as_list(job.get("job_clusters"))):
             if (isinstance(job_cluster, dict) and isinstance(job_cluster.get("new_cluster"), dict)
                     and isinstance(job_cluster.get("job_cluster_key"), str)):
                 job_clusters.setdefault(job_cluster["job_cluster_key"], (index, job_cluster["new_cluster"]))
@@ -89,11 +89,11 @@ def clusters_of(tree: Mapping) -> Iterator[tuple[Path, Mapping, tuple[str, ...]]
             if isinstance(task.get("new_cluster"), dict):
                 yield (*task_path, "new_cluster"), task["new_cluster"], used_by((*task_path, "new_cluster"))
     for job_key, job in jobs_of(tree):
-        for index, job_cluster in enumerate(_list(job.get("job_clusters"))):
+        for index, job_cluster in enumerate(as_list(job.get("job_clusters"))):
             if isinstance(job_cluster, dict) and isinstance(job_cluster.get("new_cluster"), dict):
                 path = ("resources", "jobs", job_key, "job_clusters", index, "new_cluster")
                 yield path, job_cluster["new_cluster"], used_by(path)
-    for key, cluster in _mapping(_mapping(tree.get("resources")).get("clusters")).items():
+    for key, cluster in as_mapping(as_mapping(tree.get("resources")).get("clusters")).items():
         if isinstance(cluster, dict):
             path = ("resources", "clusters", str(key))
             yield path, cluster, used_by(path)
@@ -101,7 +101,7 @@ def clusters_of(tree: Mapping) -> Iterator[tuple[Path, Mapping, tuple[str, ...]]
 
 def task_option(task: Mapping, flag: str) -> str | None:
     """The value a task's wheel task passes for `flag` (`--engine`, `--num-nodes`), if any."""
-    parameters = _list(_mapping(task.get("python_wheel_task")).get("parameters"))
+    parameters = as_list(as_mapping(task.get("python_wheel_task")).get("parameters"))
     for name, value in zip(parameters, parameters[1:]):
         if name == flag:
             return str(value)
@@ -112,7 +112,7 @@ def request_from_cluster(cluster: Mapping, engines: tuple[str, ...] = (), cloud:
     """A cluster spec (as in a bundle) read into a request. Unresolved `${...}` values stay as text; malformed parts
     (the schema's findings) are read as absent."""
     num_workers = cluster.get("num_workers", 0)
-    autoscale = _mapping(cluster.get("autoscale"))
+    autoscale = as_mapping(cluster.get("autoscale"))
     if "max_workers" in autoscale:
         num_workers = autoscale["max_workers"]
     if cluster.get("is_single_node") is True:
@@ -125,8 +125,8 @@ def request_from_cluster(cluster: Mapping, engines: tuple[str, ...] = (), cloud:
         cloud=cloud,
         data_security_mode=cluster.get("data_security_mode"),
         runtime_engine=cluster.get("runtime_engine"),
-        spark_conf={str(key): str(value) for key, value in _mapping(cluster.get("spark_conf")).items()},
-        allow_unknown_node_type=str(_mapping(cluster.get("custom_tags")).get(OVERRIDE_TAG, "")).lower() == "true",
+        spark_conf={str(key): str(value) for key, value in as_mapping(cluster.get("spark_conf")).items()},
+        allow_unknown_node_type=str(as_mapping(cluster.get("custom_tags")).get(OVERRIDE_TAG, "")).lower() == "true",
         use_ml_runtime=cluster.get("use_ml_runtime") is True,
         driver_node_type_id=cluster.get("driver_node_type_id") if isinstance(cluster.get("driver_node_type_id"),
                                                                               str) else None,

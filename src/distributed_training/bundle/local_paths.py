@@ -39,7 +39,7 @@ from pathlib import Path as FilePath
 from typing import Any, Iterator, Mapping
 
 from ..findings import Finding
-from .clusters import jobs_of, tasks_of
+from .clusters import as_list, as_mapping, jobs_of, tasks_of
 from .paths import Path, format_path, get_at
 from .sourced import file_at
 
@@ -55,12 +55,6 @@ PIP_FLAGS = ("-r ", "-e ")  # bundle/libraries/local_path.go:81
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")  # a URL scheme as Go's net/url reads one
 
 
-def _mapping(value: Any) -> Mapping:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list:
-    return value if isinstance(value, list) else []
 
 
 def local_path_findings(tree: Mapping, sourced: Mapping, bundle_root: FilePath, kinds: dict) -> list[Finding]:
@@ -97,43 +91,43 @@ def _resolved_paths(tree: Mapping) -> Iterator[tuple[Path, str, str, bool]]:
                 value = task.get(name)
                 if value is not None and isinstance(value := get_at(value, fields), str):
                     yield (*task_path, name, *fields), value, expected, False
-            for index, library in enumerate(_list(task.get("libraries"))):
-                if isinstance(_mapping(library).get("requirements"), str):
+            for index, library in enumerate(as_list(task.get("libraries"))):
+                if isinstance(as_mapping(library).get("requirements"), str):
                     yield (*task_path, "libraries", index, "requirements"), library["requirements"], FILE, False
-            for index, deployment in enumerate(_list(_mapping(task.get("ai_runtime_task")).get("deployments"))):
-                if isinstance(_mapping(deployment).get("command_path"), str):
+            for index, deployment in enumerate(as_list(as_mapping(task.get("ai_runtime_task")).get("deployments"))):
+                if isinstance(as_mapping(deployment).get("command_path"), str):
                     yield ((*task_path, "ai_runtime_task", "deployments", index, "command_path"),
                            deployment["command_path"], FILE, False)
-        for index, environment in enumerate(_list(job.get("environments"))):
+        for index, environment in enumerate(as_list(job.get("environments"))):
             dependencies = (*job_path, "environments", index, "spec", "dependencies")
-            yield from _pip_flags(_mapping(_mapping(environment).get("spec")).get("dependencies"), dependencies)
-    resources = _mapping(tree.get("resources"))
-    for key, pipeline in _mapping(resources.get("pipelines")).items():
+            yield from _pip_flags(as_mapping(as_mapping(environment).get("spec")).get("dependencies"), dependencies)
+    resources = as_mapping(tree.get("resources"))
+    for key, pipeline in as_mapping(resources.get("pipelines")).items():
         pipeline_path = ("resources", "pipelines", str(key))
-        for index, library in enumerate(_list(_mapping(pipeline).get("libraries"))):
+        for index, library in enumerate(as_list(as_mapping(pipeline).get("libraries"))):
             for fields, expected in ((("notebook", "path"), NOTEBOOK), (("file", "path"), FILE),
                                      (("glob", "include"), GLOB)):
                 value = get_at(library, fields)
                 if isinstance(value, str):
                     yield (*pipeline_path, "libraries", index, *fields), value, expected, False
-        if isinstance(_mapping(pipeline).get("root_path"), str):
+        if isinstance(as_mapping(pipeline).get("root_path"), str):
             yield (*pipeline_path, "root_path"), pipeline["root_path"], DIRECTORY, False
-        environment = _mapping(_mapping(pipeline).get("environment"))
+        environment = as_mapping(as_mapping(pipeline).get("environment"))
         yield from _pip_flags(environment.get("dependencies"), (*pipeline_path, "environment", "dependencies"))
     for kind, field, expected, anywhere in (("apps", "source_code_path", DIRECTORY, False),
                                             ("dashboards", "file_path", READ, False),
                                             ("genie_spaces", "file_path", READ, False),
                                             ("alerts", "file_path", READ, True)):
-        for key, resource in _mapping(resources.get(kind)).items():
-            if isinstance(_mapping(resource).get(field), str):
+        for key, resource in as_mapping(resources.get(kind)).items():
+            if isinstance(as_mapping(resource).get(field), str):
                 yield ("resources", kind, str(key), field), resource[field], expected, anywhere
-    for key, artifact in _mapping(tree.get("artifacts")).items():
-        if isinstance(_mapping(artifact).get("path"), str):
+    for key, artifact in as_mapping(tree.get("artifacts")).items():
+        if isinstance(as_mapping(artifact).get("path"), str):
             yield ("artifacts", str(key), "path"), artifact["path"], DIRECTORY, True
 
 
 def _pip_flags(dependencies: Any, path: Path) -> Iterator[tuple[Path, str, str, bool]]:
-    for index, dependency in enumerate(_list(dependencies)):
+    for index, dependency in enumerate(as_list(dependencies)):
         if isinstance(dependency, str) and dependency.startswith(PIP_FLAGS):
             yield (*path, index), dependency, "pip", True
 
@@ -147,7 +141,7 @@ def _levels_up(named: str) -> int:
 def _sync_levels_up(tree: Mapping, sourced: Mapping) -> int:
     """How far above the bundle root the sync root lies: as far as the furthest `sync.paths` entry reaches."""
     levels = 0
-    for index, value in enumerate(_list(_mapping(tree.get("sync")).get("paths"))):
+    for index, value in enumerate(as_list(as_mapping(tree.get("sync")).get("paths"))):
         if isinstance(value, str) and "${" not in value and not value.startswith("/"):
             file = file_at(sourced, ("sync", "paths", index)) or ""
             levels = max(levels, _levels_up(posixpath.normpath(posixpath.join(posixpath.dirname(file), value))))

@@ -20,16 +20,13 @@ from typing import Any, Mapping
 
 from ..findings import Finding
 from ..serverless import check_accelerators, check_engine
-from .clusters import jobs_of, task_engine, tasks_of
+from .clusters import as_mapping, jobs_of, task_engine, tasks_of
 from .paths import Path, format_path
 
 CLASSIC_TASK_COMPUTE = ("job_cluster_key", "new_cluster", "existing_cluster_id", "libraries")
 FILE_PATH_PREFIX = "${workspace.file_path}/"
 NOT_WORKSPACE = ("/Volumes/", "/dbfs/", "dbfs:", "s3:", "abfss:", "gs:")
 
-
-def _mapping(value: Any) -> Mapping:
-    return value if isinstance(value, dict) else {}
 
 
 def serverless_gpu_findings(tree: Mapping, bundle_root: FilePath) -> list[Finding]:
@@ -67,9 +64,9 @@ def _task_findings(task_path: Path, task: Mapping, root: FilePath, git_source: b
                                 f"ai_runtime_task has {len(deployments)} deployments; the preview runs exactly one",
                                 "give one deployment: every node runs its command", path=format_path(deployments_path)))
     for index, deployment in enumerate(deployments if isinstance(deployments, list) else []):
-        findings += _command_path(_mapping(deployment).get("command_path"), (*deployments_path, index, "command_path"),
-                                  root)
-        compute = _mapping(_mapping(deployment).get("compute"))
+        findings += _command_path(as_mapping(deployment).get("command_path"),
+                                  (*deployments_path, index, "command_path"), root)
+        compute = as_mapping(as_mapping(deployment).get("compute"))
         if compute:
             prefix = format_path((*deployments_path, index, "compute")) + "."
             findings += check_accelerators(compute.get("accelerator_type"), compute.get("accelerator_count"), prefix)
@@ -83,7 +80,7 @@ def _torch_in_environment(job: Mapping, job_key: str, task: Mapping) -> list[Fin
     for index, environment in enumerate(environments):
         if not isinstance(environment, dict) or environment.get("environment_key") != task.get("environment_key"):
             continue
-        spec = _mapping(environment.get("spec"))
+        spec = as_mapping(environment.get("spec"))
         version = str(spec.get("environment_version", ""))
         dependencies = spec.get("dependencies") if isinstance(spec.get("dependencies"), list) else []
         names = {re.split(r"[<>=!~\[ ;@]", str(item).strip(), maxsplit=1)[0].lower() for item in dependencies}

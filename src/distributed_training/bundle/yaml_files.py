@@ -116,8 +116,7 @@ def load_yaml(file: FilePath, relative_name: str, budget: ValueBudget | None = N
         return YamlFile(None, [limit.finding])
     except yaml.YAMLError as error:
         if "maximum nesting depth" in str(error):  # libyaml's own limit, met while scanning ahead
-            return YamlFile(None, [_limit_finding("yaml-too-deep", relative_name, error.problem_mark,
-                                                  f"nests deeper than {MAX_DEPTH} levels", TOO_DEEP_FIX)])
+            return YamlFile(None, [_too_deep(relative_name, error.problem_mark)])
         return YamlFile(None, [_syntax_finding(error, relative_name, text)])
     findings = [_duplicate_finding(path, key, line, first_line, relative_name)
                 for path, key, line, first_line in duplicates]
@@ -208,9 +207,7 @@ def _measure(text: str, relative_name: str, budget: ValueBudget) -> set[Path]:
             event = parser.get_event()
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 if len(stack) >= MAX_DEPTH:
-                    raise _LimitExceeded(_limit_finding(
-                        "yaml-too-deep", relative_name, event,
-                        f"nests deeper than {MAX_DEPTH} levels", TOO_DEEP_FIX))
+                    raise _LimitExceeded(_too_deep(relative_name, event))
                 values += 1
                 stack.append(_Frame(isinstance(event, yaml.MappingStartEvent), _child_path(stack), event.anchor,
                                     values - 1))
@@ -239,12 +236,7 @@ def _measure(text: str, relative_name: str, budget: ValueBudget) -> set[Path]:
             else:
                 continue
             if values > budget.left:
-                why = f" (its {aliases:,} aliases expanded)" if aliases else ""
-                raise _LimitExceeded(_limit_finding(
-                    "yaml-too-many-values", relative_name, event,
-                    f"holds more values{why} than the limit of {budget.limit:,} for a bundle's files together",
-                    "use aliases for small shared parts only (an alias of an alias multiplies), or split the "
-                    "bundle: no real bundle comes near this"))
+                raise _LimitExceeded(_too_many_values(relative_name, event, budget, aliases))
     finally:
         parser.dispose()
     budget.left -= values
@@ -259,18 +251,26 @@ def _measure_nodes(node: yaml.Node | None, relative_name: str, budget: ValueBudg
         node, depth = stack.pop()
         values += 1
         if values > budget.left:
-            raise _LimitExceeded(_limit_finding(
-                "yaml-too-many-values", relative_name, node.start_mark,
-                f"holds more values than the limit of {budget.limit:,} for a bundle's files together",
-                "split the bundle: no real bundle comes near this"))
+            raise _LimitExceeded(_too_many_values(relative_name, node.start_mark, budget, aliases=0))
         if isinstance(node, yaml.ScalarNode):
             continue
         if depth >= MAX_DEPTH:
-            raise _LimitExceeded(_limit_finding("yaml-too-deep", relative_name, node.start_mark,
-                                                f"nests deeper than {MAX_DEPTH} levels", TOO_DEEP_FIX))
+            raise _LimitExceeded(_too_deep(relative_name, node.start_mark))
         children = [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else node.value
         stack.extend((child, depth + 1) for child in reversed(children))  # popped in the document's order
     budget.left -= values
+
+
+def _too_deep(relative_name: str, where: yaml.Event | Any) -> Finding:
+    return _limit_finding("yaml-too-deep", relative_name, where, f"nests deeper than {MAX_DEPTH} levels", TOO_DEEP_FIX)
+
+
+def _too_many_values(relative_name: str, where: yaml.Event | Any, budget: ValueBudget, aliases: int) -> Finding:
+    why = f" (its {aliases:,} aliases expanded)" if aliases else ""
+    return _limit_finding("yaml-too-many-values", relative_name, where,
+                          f"holds more values{why} than the limit of {budget.limit:,} for a bundle's files together",
+                          "use aliases for small shared parts only (an alias of an alias multiplies), or split the "
+                          "bundle: no real bundle comes near this")
 
 
 def _child_path(stack: list[_Frame]) -> Path | None:
