@@ -286,6 +286,38 @@ def test_two_local_runs_in_one_process_track_into_their_own_folders(spark, tmp_p
     assert [len(list((tmp_path / name / "mlruns").glob("*/*/meta.yaml"))) for name in ("first", "second")] == [1, 1]
 
 
+def test_the_logged_model_pins_what_loading_it_imports_and_every_step_metric_is_written(spark, tmp_path,
+                                                                                        single_process, monkeypatch):
+    """The requirements are named, not inferred by MLflow in a subprocess: torch (without a local label such as
+    +cpu, as pip installs it), the pickler, and the distribution that defines the model's class (this tool's
+    FarePredictor); the model loads back and predicts; the buffered step metrics are all written by the run's end."""
+    import importlib.metadata
+
+    import mlflow
+
+    config, _ = staged(spark, resolved_config(tmp_path, FARE, processes=1, epochs=2, tracking=True,
+                                              log_every_steps=1), world_size=1, rows=200)
+
+    def inferred(*arguments, **keywords):
+        raise AssertionError("MLflow was left to infer the model's requirements")
+
+    monkeypatch.setattr(mlflow.models, "infer_pip_requirements", inferred)
+    metrics = train(config)
+    mlflow.set_tracking_uri(f"file:{tmp_path / 'mlruns'}")
+    run = mlflow.get_run(metrics["mlflow_run_id"])
+    (model,) = mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list")
+    with open(mlflow.pyfunc.get_model_dependencies(model.model_uri)) as file:
+        requirements = file.read().split()
+    tool = importlib.metadata.packages_distributions()["distributed_training"][0]
+    assert f"torch=={torch.__version__.partition('+')[0]}" in requirements
+    assert {f"{tool}=={importlib.metadata.version(tool)}", f"cloudpickle=={importlib.metadata.version('cloudpickle')}"
+            } <= set(requirements), requirements
+    loaded = mlflow.pytorch.load_model(model.model_uri)
+    assert type(loaded).__module__ == "distributed_training.tasks.fare_regression"
+    history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "grad_norm")  # a step report's alone
+    assert sorted(point.step for point in history) == list(range(1, metrics["step"] + 1))
+
+
 def test_a_new_run_starts_from_an_earlier_runs_weights_or_its_whole_state(spark, tmp_path, single_process):
     """--init-from: weights alone (a fresh optimizer, schedule and epoch count), or the whole state of a run like it;
     a run that differs is refused with what differs; and a rerun of the new run resumes its own checkpoint."""

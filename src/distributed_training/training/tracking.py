@@ -12,6 +12,7 @@ MLflow is optional: without it the run says so once and trains on, untracked.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 
 from ..config import Config
@@ -56,6 +57,9 @@ class Tracker:
             os.environ.update(environment)  # before MLflow is imported: it may read them at import time
             if is_file_store(tracking_uri(config) or os.environ.get("MLFLOW_TRACKING_URI", "databricks")):
                 os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3 refuses a folder of runs unless told
+            # Metrics go out in batches, a second's worth a call; and a flush takes what is queued at once, where
+            # MLflow's unbuffered thread only looks every second (a second lost to each flush, while the ranks wait).
+            os.environ.setdefault("MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS", "1")
             try:
                 import mlflow
                 import mlflow.pytorch  # noqa: F401 (the model flavour, loaded now so that a missing part shows here)
@@ -126,7 +130,8 @@ class Tracker:
         if registered and (self.mlflow.get_tracking_uri() or "").startswith("databricks"):
             self.mlflow.set_registry_uri("databricks-uc")
         info = self.mlflow.pytorch.log_model(model, name="model", input_example=example_input,
-                                             serialization_format="pickle", registered_model_name=registered)
+                                             serialization_format="pickle", registered_model_name=registered,
+                                             pip_requirements=model_requirements(model))
         self.log(f"MLflow: model logged as {info.model_uri}" + (f", registered as {registered}" if registered else ""))
 
     def finish(self, succeeded: bool) -> None:
@@ -137,3 +142,13 @@ class Tracker:
         if self.owns_tracking_uri:
             self.mlflow.set_tracking_uri(None)
             self.owns_tracking_uri = False
+
+
+def model_requirements(model) -> list[str]:
+    """The distributions that loading the pickled model imports, pinned: torch and the pickler, and those that define
+    the model's modules (this tool, a project's package) where they are installed. MLflow would infer them by loading
+    the model again in a subprocess, seconds of every run spent while the other ranks wait."""
+    providers = importlib.metadata.packages_distributions()
+    names = {"torch", "cloudpickle", "numpy"}
+    names.update(*(providers.get(type(module).__module__.partition(".")[0], ()) for module in model.modules()))
+    return [f"{name}=={importlib.metadata.version(name).partition('+')[0]}" for name in sorted(names)]
