@@ -16,7 +16,8 @@ import time
 from . import data_memory, data_path, engines, generation
 from .measure import format_table
 
-SECTIONS = {"data": data_path.run, "memory": data_memory.run, "generation": generation.run, "engines": engines.run}
+SECTIONS = {"data": data_path.run, "memory": data_memory.run, "generation": generation.run, "engines": engines.run,
+            "reports": engines.run_reports}
 DEFAULT_OUTPUT = os.path.join("build", "benchmarks", "results.json")
 
 

@@ -15,11 +15,11 @@ Three figures an engine, each against torchrun's:
 Each throughput row records what both sides trained (staged rows, examples, epochs, steps), which must be equal.
 Spark ML (Connect) trains no torch loop and has only a wall time.
 
-And the cost of the loop's progress reports, on the language model under torchrun (DDP), the same throughput figure
-against no reports but the epochs' (`--log-every-steps 0`): a report every step without MLflow (an all-reduce, a
-sync and a line), and one every 10 steps with MLflow metrics (into a local file store; an MLflow call's background
-work takes a share of the 2 cores the ranks train on, which a GPU node's many cores do not miss); goal: a ratio of at
-least 0.98.
+And, as a section of its own (`reports`), the cost of the loop's progress reports, on the language model under
+torchrun (DDP), the same throughput figure against no reports but the epochs' (`--log-every-steps 0`): a report every
+step without MLflow (an all-reduce, a sync and a line), and one every 10 steps with MLflow metrics (into a local file
+store; an MLflow call's background work takes a share of the 2 cores the ranks train on, which a GPU node's many cores
+do not miss); goal: a ratio of at least 0.98.
 """
 
 from __future__ import annotations
@@ -111,7 +111,6 @@ def run(work_dir: str, quick: bool, engines: tuple[str, ...] = ENGINES, tasks: t
     rows = [Row("engines", "local Spark session start", "s", (spark_seconds,), note="every engine command pays it")]
     baselines: dict[tuple[str, str], Path] = {}
     tables: dict[str, str] = {}
-    reporting: dict[int, Path] = {}  # --log-every-steps: the torchrun command
     try:
         for task in tasks:
             tables[task] = _sample_table(spark, task, work / task / "table", sizes[task].rows)
@@ -120,11 +119,6 @@ def run(work_dir: str, quick: bool, engines: tuple[str, ...] = ENGINES, tasks: t
                     spark, baseline, task, tables[task], work / task / f"torchrun-{baseline}", sizes[task]))
                 rows.append(Row("engines", f"{task}: staging for torchrun ({STRATEGY_OF[baseline]})", "s", (staging,),
                                 note="Spark -> parquet; every engine command stages the same way"))
-        if "causal_lm" in tasks and "torch_distributor" in engines:
-            for every, tracking in REPORTING:
-                reporting[every] = _hand_off(spark, "torch_distributor", "causal_lm", tables["causal_lm"],
-                                             work / "causal_lm" / f"reports-every-{every}", sizes["causal_lm"],
-                                             "--log-every-steps", str(every), tracking=tracking)
     finally:
         spark.stop()  # each engine command starts the session it needs (Ray on Spark needs one of its own)
 
@@ -140,8 +134,6 @@ def run(work_dir: str, quick: bool, engines: tuple[str, ...] = ENGINES, tasks: t
                              sizes[task].repetitions)
         for engine in torch_engines:
             rows += _compare(task, engine, measured[engine], measured[_baseline_name(BASELINE_OF[engine])])
-    if reporting:
-        rows += _reporting_cost(reporting, sizes["causal_lm"].repetitions, log)
     if "spark_ml_connect" in engines and "fare_regression" in tasks:
         output = work / "fare_regression" / "spark_ml_connect"
         wall, _ = _timed(_train_command("spark_ml_connect", "fare_regression", tables["fare_regression"], output,
@@ -166,6 +158,23 @@ def _compare(task: str, engine: str, runs: list[CommandRun], baseline: list[Comm
     rows.append(Row("engines", f"{task}: {engine} wall time", "s", tuple(run.wall_seconds for run in runs),
                     tuple(run.wall_seconds for run in baseline), f"the whole command; baseline: {name}"))
     return rows
+
+
+def run_reports(work_dir: str, quick: bool, log=lambda line: print(line, flush=True)) -> list[Row]:
+    """The `reports` section: torchrun commands of the language model that differ in their --log-every-steps alone."""
+    from distributed_training.engines.local_spark import local_spark_session
+
+    sizes = (QUICK if quick else FULL)["causal_lm"]
+    work = Path(work_dir, "reports")
+    spark = local_spark_session(cores=PROCESSES, warehouse_dir=str(work / "warehouse"))
+    try:
+        table = _sample_table(spark, "causal_lm", work / "table", sizes.rows)
+        commands = {every: _hand_off(spark, "torch_distributor", "causal_lm", table, work / f"every-{every}", sizes,
+                                     "--log-every-steps", str(every), tracking=tracking)
+                    for every, tracking in REPORTING}
+    finally:
+        spark.stop()
+    return _reporting_cost(commands, sizes.repetitions, log)
 
 
 def _reporting_cost(commands: dict[int, Path], repetitions: int, log) -> list[Row]:
