@@ -4,13 +4,18 @@
 `${...}` references anywhere. It says what is wrong but not where, so a failing job is narrowed down: its
 unknown keys are named directly, sub-mappings (tasks, clusters, ...) are parsed on their own with their own
 classes, and for any other error the field of the innermost failing mapping that is to blame is found.
+
+`from_dict` finds its way through every field's type hint each time (about a millisecond a job); a job that plainly
+parses (`plainly_parses`: known fields, required ones there, values of the hinted kinds) is not handed to it.
 """
 
 from __future__ import annotations
 
+import enum
+import types
 import typing
-from dataclasses import fields, is_dataclass
-from typing import Any, Mapping
+from dataclasses import MISSING, fields, is_dataclass
+from typing import Any, Callable, Mapping
 
 from ..findings import Finding
 from .clusters import jobs_of
@@ -44,6 +49,8 @@ def typed_findings(tree: Mapping, parsed: dict[int, tuple[Any, list[Finding]]] |
 
 
 def _parse(cls: type, value: Any, path: Path) -> list[Finding]:
+    if plainly_parses(cls, value):
+        return []
     try:
         cls.from_dict(value)
         return []
@@ -125,3 +132,107 @@ def _field_class(hint: Any) -> tuple[str | None, type | None]:
         if cls is not None:
             return container, cls
     return None, None
+
+
+def plainly_parses(hint: Any, value: Any) -> bool:
+    """True where `from_dict` (databricks.bundles.core._transform) surely accepts `value` as `hint`; False where it
+    may not, or where this does not follow its rules (then `from_dict` decides). Never True for a value it refuses:
+    each kind is as strict as `_transform` or stricter (an int field takes an int, not a numeric string)."""
+    return _check_of(hint)(value)
+
+
+_CHECKS: dict[Any, Callable[[Any], bool]] = {}
+_SCALARS = {Any: lambda value: True, str: lambda value: True,  # `str(value)`: anything
+            int: lambda value: type(value) is int, bool: lambda value: type(value) is bool,
+            float: lambda value: type(value) in (int, float), type(None): lambda value: value is None}
+
+
+def _check_of(hint: Any) -> Callable[[Any], bool]:
+    """The check for a type hint, made once (each check holds its parts' checks: no hint is looked up per value)."""
+    check = _CHECKS.get(hint)
+    if check is None:
+        check = _CHECKS[hint] = _new_check(hint)
+    return check
+
+
+def _is_variable(hint: Any) -> bool:
+    return getattr(typing.get_origin(hint), "__name__", "") == "Variable"
+
+
+def _is_reference(value: Any) -> bool:
+    """A whole `${...}` string, which a Variable alternative takes (the package's own test of it)."""
+    if not isinstance(value, str) or "${" not in value:
+        return False
+    from databricks.bundles.core._transform import _unwrap_variable_path
+
+    return _unwrap_variable_path(value) is not None
+
+
+def _new_check(hint: Any) -> Callable[[Any], bool]:
+    if hint in _SCALARS:
+        return _SCALARS[hint]
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if _is_variable(hint):
+        return _is_reference
+    if origin in (typing.Union, types.UnionType):
+        return _union_check(arguments)
+    if origin is list:
+        item_check = _check_of(arguments[0])
+        return lambda value: value is None or (isinstance(value, list) and all(map(item_check, value)))
+    if origin is dict:
+        item_check = _check_of(arguments[1])
+        return lambda value: value is None or (isinstance(value, dict) and all(map(item_check, value.values())))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        allowed = {member.value for member in hint}
+        return lambda value: isinstance(value, str) and value in allowed
+    if is_dataclass(hint) and hasattr(hint, "from_dict"):
+        return _dataclass_check(hint)
+    return lambda value: False
+
+
+def _union_check(arguments: tuple) -> Callable[[Any], bool]:
+    """`_find_union_arg`'s choice, in its order: a Variable alternative takes a reference, None takes None, and any
+    other value goes to the first other alternative; None may also become an empty list or dict."""
+    if len(arguments) == 2 and type(None) in arguments:  # Optional[T]: `_unwrap_optional`
+        inner = _check_of(arguments[0] if arguments[1] is type(None) else arguments[1])
+        return lambda value: value is None or inner(value)
+    empty_allowed = any(typing.get_origin(argument) in (list, dict) for argument in arguments)
+    # (is a Variable alternative, is None, the check of any other alternative)
+    choices = [(_is_variable(argument), argument is type(None), None if _is_variable(argument) or
+                argument is type(None) else _check_of(argument)) for argument in arguments]
+
+    def check(value: Any) -> bool:
+        for variable, none, other in choices:
+            if variable:
+                if _is_reference(value):
+                    return True
+            elif none:
+                if value is None:
+                    return True
+            elif value is not None:
+                return other(value)
+        return value is None and empty_allowed
+
+    return check
+
+
+def _dataclass_check(cls: type) -> Callable[[Any], bool]:
+    """Made when first called: the typed classes refer to each other (a for-each task holds a task)."""
+    field_checks: dict[str, Callable[[Any], bool]] = {}
+    required: set[str] = set()
+
+    def check(value: Any) -> bool:
+        if not field_checks:
+            hints = typing.get_type_hints(cls)
+            field_checks.update((field.name, _check_of(hints[field.name])) for field in fields(cls))
+            required.update(field.name for field in fields(cls)
+                            if field.default is MISSING and field.default_factory is MISSING)
+        if not isinstance(value, dict) or "cls" in value or not required <= value.keys():
+            return False
+        for key, item in value.items():
+            field_check = field_checks.get(key)
+            if field_check is None or not field_check(item):
+                return False
+        return True
+
+    return check
