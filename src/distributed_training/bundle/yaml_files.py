@@ -34,6 +34,9 @@ from .paths import Path, format_path
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 STR_TAG, MAP_TAG, SEQ_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+# Where an anchor (&name) or an alias (*name) may start: at a line's start or after a space or a flow indicator. A
+# `*` inside a word (a glob: ../dist/*.whl) is neither. Text that may hold one is measured on its events (`_measure`).
+ANCHOR_OR_ALIAS = re.compile(r"(?:^|[\s\[\]{},:\ufeff])[&*]", re.MULTILINE)
 # Scalars `_built` constructs itself (with PyYAML's own constructors, but for strings, which are their text).
 PLAIN_SCALAR_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("int", "float", "bool", "null"))
 BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -104,7 +107,7 @@ def load_yaml(file: FilePath, relative_name: str, budget: ValueBudget | None = N
         return YamlFile(None, [text])
     try:
         with gc_paused():
-            plain = "&" not in text and "*" not in text  # no anchor, no alias: no value stands for more than itself
+            plain = not ANCHOR_OR_ALIAS.search(text)  # no value stands for more than itself
             anchor_paths = set() if plain else _measure(text, relative_name, budget)
             loader = BundleYamlLoader(text)
             try:
