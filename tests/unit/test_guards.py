@@ -145,7 +145,7 @@ def test_bundle_clusters_are_checked_with_the_engine_of_their_tasks():
             "python_wheel_task": {"package_name": "p", "entry_point": "train", "parameters": ["--engine", "deepspeed"]}}
     tree = {"resources": {"jobs": {"train": {"job_clusters": [{"job_cluster_key": "gpu", "new_cluster": cluster}],
                                              "tasks": [task]}}}}
-    [finding] = guard_findings(tree)
+    [finding] = guard_findings(list(clusters_of(tree)))
     assert finding.rule == "runtime-too-old"
     assert finding.path == "resources.jobs.train.job_clusters[0].new_cluster.spark_version"
 
@@ -190,7 +190,7 @@ def test_unresolved_references_are_left_to_the_resolver():
     {"resources": {"clusters": {"c": {"num_workers": True, "is_single_node": "yes", "driver_node_type_id": 3}}}},
 ])
 def test_malformed_trees_give_findings_not_crashes(tree):
-    assert all(finding.rule for finding in guard_findings(tree))
+    assert all(finding.rule for finding in guard_findings(list(clusters_of(tree))))
 
 
 # ---------------------------------------------------------------- the preflight, on the cluster itself

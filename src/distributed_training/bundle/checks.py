@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..findings import Finding
-from .clusters import as_mapping, clusters_of, jobs_of, task_clusters, task_option, tasks_of
+from .clusters import as_mapping, jobs_of, task_clusters, task_option, tasks_of
 from .paths import Path, format_path
 
 SINGLE_NODE_PROFILE = ("spark.databricks.cluster.profile", "singleNode")
@@ -64,9 +64,10 @@ def job_cluster_key_findings(tree: Mapping) -> list[Finding]:
     return findings
 
 
-def single_node_findings(tree: Mapping) -> list[Finding]:
+def single_node_findings(clusters: list[tuple[Path, Mapping, tuple[str, ...]]]) -> list[Finding]:
+    """Single-node settings against the worker count, for every cluster of a target (its `clusters_of`)."""
     findings = []
-    for path, cluster, _ in clusters_of(tree):
+    for path, cluster, _ in clusters:
         findings += _single_node_cluster(cluster, path)
     return findings
 

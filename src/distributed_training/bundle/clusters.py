@@ -133,9 +133,10 @@ def request_from_cluster(cluster: Mapping, engines: tuple[str, ...] = (), cloud:
     )
 
 
-def guard_findings(tree: Mapping, catalog: Catalog | None = None) -> list[Finding]:
-    """The guards on every cluster of a merged tree (one target), with `path` set inside the tree."""
+def guard_findings(clusters: list[tuple[Path, Mapping, tuple[str, ...]]], catalog: Catalog | None = None
+                   ) -> list[Finding]:
+    """The guards on every cluster of a merged tree (one target: its `clusters_of`), with `path` set inside it."""
     findings: list[Finding] = []
-    for path, cluster, engines in clusters_of(tree):
+    for path, cluster, engines in clusters:
         findings += check_cluster(request_from_cluster(cluster, engines), format_path(path), catalog)
     return findings
