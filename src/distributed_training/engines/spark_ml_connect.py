@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
 import uuid
 
@@ -61,22 +60,18 @@ class SparkMLEngine(Engine):
         """A Spark Connect session on a local server of its own, started as pyspark's remote("local[N]") starts one
         but on a free port: pyspark's is always 15002, where a second local run on the machine would meet the first's
         server (or fail to start its own)."""
-        from pyspark.sql import SparkSession
         from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run talks only to itself
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the server's Python workers need this interpreter
+        from .local_spark import local_spark_session
+
         os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", uuid.uuid4().hex)  # the server's, and the client's
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        cores = max(placement(config).world_size, 2)
-        (SparkSession.builder.master(f"local[{cores}]")
-         .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
-         .config("spark.connect.grpc.binding.address", "127.0.0.1").config("spark.connect.grpc.binding.port", port)
-         .config("spark.sql.warehouse.dir", os.path.join(config.output_dir, WAREHOUSE_DIR))
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", str(cores)).getOrCreate())
+        local_spark_session(max(placement(config).world_size, 2), os.path.join(config.output_dir, WAREHOUSE_DIR),
+                            conf={"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+                                  "spark.connect.grpc.binding.address": "127.0.0.1",
+                                  "spark.connect.grpc.binding.port": str(port)})
         os.environ.update(SPARK_CONNECT_MODE_ENABLED="1", SPARK_LOCAL_REMOTE="1")  # as pyspark marks a local server
         return ConnectSession.builder.remote(f"sc://localhost:{port}").getOrCreate()
 
