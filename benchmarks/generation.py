@@ -52,7 +52,7 @@ def run(work_dir: str, quick: bool) -> list[Row]:
         Row("generation", f"validate the answer matrix ({len(matrix)} projects)", "s", (total_validate,),
             note=with_schema),
     ]
-    return rows + _large_bundle(Path(work_dir, "large-bundle"), 2_000 if quick else 50_000, 1 if quick else 3)
+    return rows + _large_bundle(Path(work_dir, "large-bundle"), 2_000 if quick else 50_000, repetitions=3)
 
 
 def _large_bundle(folder: Path, jobs: int, repetitions: int) -> list[Row]:
