@@ -39,9 +39,10 @@ def test_the_data_and_generation_benchmarks_print_and_write_every_figure(tmp_pat
         assert f"{row['ratio']:.2f}" in completed.stdout  # the table shows each ratio
     reading = next(row for name, row in rows.items() if "(read_shard)" in name)
     # One pyarrow call over the shard's files, like the baseline: about 1.0 (0.95 or more in the full run); far
-    # below that, something was added to the read. Each side's least disturbed run: on a busy machine the median's
-    # ratio fell to 0.68 with nothing changed in the read.
-    assert max(reading["runs"]) / max(reading["baseline_runs"]) > 0.8, reading
+    # below that, something was added to the read (measured: a copy through pandas takes 2.3 times as long, a pass
+    # over the rows in Python 80). Each side's least disturbed run, with a generous bound: with the other test worker
+    # busy too, the median's ratio fell to 0.68 and the best runs' to 0.79 with nothing changed in the read.
+    assert max(reading["runs"]) / max(reading["baseline_runs"]) > 0.5, reading
     assert any("causal_lm.tokenize" in name and row["unit"] == "tokens/s" for name, row in rows.items())
     assert any(name.startswith("validate the answer matrix") for name in rows)
     large = rows["validate 2,000 one-notebook jobs (dev and prod)"]  # no finding (a finding fails the benchmark)
