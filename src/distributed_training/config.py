@@ -1,11 +1,7 @@
 """What one `train` run is asked to do: one frozen object, every default defined here once.
 
-Built from the command line (`from_args`: each field with a help, and each field of the task's `Options`, is an
-option --field-name), checked (`check`) before Spark starts, resolved on the driver (`resolve`: the GPUs, the
-precision, the table) and handed as it is to every rank (pickled by a distributor, or as JSON for torchrun).
-"""
-
-from __future__ import annotations
+Read from the command line (`from_args`: fields with a help and the task's `Options` as --field-names), checked before
+Spark (`check`), resolved on the driver (`resolve`: GPUs, precision, table), pickled to every rank (torchrun: JSON)."""
 
 import argparse
 import dataclasses
@@ -24,8 +20,7 @@ TORCH_LOOP_ENGINES = ("torch_distributor", "deepspeed")  # what --handoff-to-tor
 DEEPSPEED_ENGINE, SPARK_ML_ENGINE = "deepspeed", "spark_ml_connect"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OFFLOADS = ("none", "optimizer", "optimizer+weights")
-PARALLELISMS = ("ddp", "fsdp2")
-INIT_MODES = ("weights", "full")
+PARALLELISMS, INIT_MODES = ("ddp", "fsdp2"), ("weights", "full")
 SPARK_ML_APIS, SPARK_ML_MODELS = ("connect", "classic"), ("linear", "gbt", "random_forest")
 DEFAULT_LOCAL_PROCESSES = 2
 LOCAL_RUNS_DIR = os.path.join("build", "local-run")
@@ -94,91 +89,73 @@ def option(default: Any, help: str, *, parse: Callable | None = None, choices: t
 @dataclass(frozen=True)
 class Config:
     engine: str = option(None, "the training engine", choices=ENGINES)
-    task: str = option(DEFAULT_TASK, "the task module: what is trained (default: this project's task.py)",
-                       metavar="MODULE")
-    local: bool = option(False, "train on CPU processes on a local Spark session; without --table on a sample "
-                                "table the task creates")
-    table: str | None = option(None, "the table (catalog.schema.table) or parquet path to train on (default, or "
-                                     "empty: the task's table; with --local, its sample)", metavar="NAME_OR_PATH")
-    output_dir: str | None = option(None, "this run's folder: staged data, checkpoints, metrics; on a cluster a folder "
-                                          "every node reads, /Volumes/<catalog>/<schema>/<volume>/<engine>/<job run "
-                                          "id>; a rerun into it resumes there (default with --local: "
-                                          f"{LOCAL_RUNS_DIR}/<engine>)", metavar="DIR")
-    job_run_id: str | None = option(None, "the platform's id of the job run ({{job.run_id}}): recorded in MLflow and "
-                                          "metrics.json; a serverless GPU job's stage task names its config by it",
-                                    metavar="ID")
-    num_nodes: int = option(1, "nodes to train on (default 1: single node first)", parse=whole(1, MAX_NODES),
-                            metavar="N")
+    task: str = option(DEFAULT_TASK, "the task module to train (default: this project's task.py)", metavar="MODULE")
+    local: bool = option(False, "train on CPU processes on a local Spark session (without --table: the task's sample)")
+    table: str | None = option(None, "the table (catalog.schema.table) or parquet path to train on (default, or empty: "
+                               "the task's table; with --local, its sample)", metavar="NAME_OR_PATH")
+    output_dir: str | None = option(None, "this run's folder: staged data, checkpoints, metrics; on a cluster one all "
+                                    "nodes read, /Volumes/<catalog>/<schema>/<volume>/<engine>/<job run id>; a rerun "
+                                    f"resumes there (default with --local: {LOCAL_RUNS_DIR}/<engine>)", metavar="DIR")
+    job_run_id: str | None = option(None, "the job run's id ({{job.run_id}}), recorded in MLflow and metrics.json; a "
+                                    "serverless GPU job's stage task names its config by it", metavar="ID")
+    num_nodes: int = option(1, "nodes to train on (default 1: one node first)", parse=whole(1, MAX_NODES), metavar="N")
     gpus_per_node: int | None = option(None, "GPUs per node, one process each (default: the GPUs the driver sees)",
                                        parse=whole(0, 64), metavar="G")
-    processes: int | None = option(None, "CPU processes per node instead of GPUs (default "
-                                         f"{DEFAULT_LOCAL_PROCESSES})", parse=whole(1, MAX_PROCESSES), metavar="N")
+    processes: int | None = option(None, f"CPU processes per node instead of GPUs (default {DEFAULT_LOCAL_PROCESSES})",
+                                   parse=whole(1, MAX_PROCESSES), metavar="N")
     epochs: int = option(8, "passes over the training data", parse=whole(1, 100_000))
-    max_steps: int | None = option(None, "a budget in optimizer steps (updates): the run ends at the smaller of it "
-                                         "and --epochs, and the learning-rate schedule spans that length",
-                                   parse=whole(1, 10 ** 9), metavar="STEPS")
+    max_steps: int | None = option(None, "a budget in optimizer steps: the run, and its learning-rate schedule, end at "
+                                   "the smaller of it and --epochs", parse=whole(1, 10 ** 9), metavar="STEPS")
     batch_size: int = option(64, "examples per step per process", parse=whole(1, 1_000_000))
     learning_rate: float = option(3e-3, "AdamW's peak learning rate", parse=number(0.0, 10.0, low_open=True))
     weight_decay: float = option(0.01, "AdamW's weight decay, on weight matrices only", parse=number(0.0, 1.0))
-    warmup_fraction: float = option(0.05, "share of the optimizer steps spent warming the learning rate up "
-                                          "(then a cosine decay to a tenth)", parse=number(0.0, 0.5))
+    warmup_fraction: float = option(0.05, "share of the optimizer steps spent warming the learning rate up (then a "
+                                    "cosine decay to a tenth)", parse=number(0.0, 0.5))
     grad_clip: float = option(1.0, "clip the gradients' global norm to this (0: no clipping)", parse=number(0.0, 1e6))
-    precision: str = option("auto", "mixed precision (auto: bf16 on GPUs that have it, else fp16; fp32 on CPU)",
-                            choices=PRECISIONS)
+    precision: str = option("auto", "mixed precision (auto: bf16, fp16 on older GPUs, fp32 on CPU)", choices=PRECISIONS)
     grad_accumulation: int = option(1, "micro-batches per optimizer step", parse=whole(1, 100_000), metavar="K")
-    compile: bool = option(False, "compile the model with torch.compile (the first steps wait for the compiler; "
-                                  "on CPU it needs a C++ compiler)")
-    activation_checkpointing: bool = option(False, "recompute the task's blocks (its `blocks(model)`) in the "
-                                                   "backward pass: less memory, about a third more compute")
+    compile: bool = option(False, "torch.compile the model (slower first steps; on CPU it needs a C++ compiler)")
+    activation_checkpointing: bool = option(False, "recompute the task's `blocks(model)` in the backward pass: less "
+                                            "memory, a third more compute")
     seed: int = option(42, "seeds the split, the shuffles and the weights", parse=whole(0, 2 ** 31 - 1))
     collective_timeout: int = option(1800, "seconds a process waits for the others (to start, or in a collective) "
-                                           "before the run stops with an error", parse=whole(10, 86_400),
-                                     metavar="SECONDS")
+                                     "before the run stops with an error", parse=whole(10, 86_400), metavar="SECONDS")
     checkpoint_every: int = option(1, "epochs between checkpoints, in OUTPUT_DIR/checkpoints (the last always)",
                                    parse=whole(1, 100_000), metavar="EPOCHS")
-    checkpoint_every_steps: int | None = option(None, "also checkpoint every this many optimizer steps, mid-epoch "
-                                                      "included (a resume continues from that very step)",
-                                                parse=whole(1, 10 ** 9), metavar="STEPS")
-    log_every_steps: int = option(50, "optimizer steps between progress lines and MLflow metrics: loss, learning "
-                                      "rate, gradient norm, tokens/s, MFU, step time (0: once an epoch only)",
-                                  parse=whole(0, 10 ** 9), metavar="STEPS")
+    checkpoint_every_steps: int | None = option(None, "also checkpoint every this many optimizer steps, even mid-epoch "
+                                                "(a resume goes on from it)", parse=whole(1, 10 ** 9), metavar="STEPS")
+    log_every_steps: int = option(50, "optimizer steps between progress lines and MLflow metrics (loss, LR, grad norm, "
+                                  "tokens/s, MFU, step time); 0: per epoch", parse=whole(0, 10 ** 9), metavar="STEPS")
     eval_every_steps: int | None = option(None, "also evaluate on --eval-batches held-out batches every this many "
-                                                "optimizer steps (the whole held-out split is evaluated after every "
-                                                "epoch and at the end)", parse=whole(1, 10 ** 9), metavar="STEPS")
+                                          "optimizer steps (the whole held-out split is evaluated after every epoch "
+                                          "and at the end)", parse=whole(1, 10 ** 9), metavar="STEPS")
     eval_batches: int = option(20, "held-out batches per process in an evaluation every --eval-every-steps",
                                parse=whole(1, 10 ** 6), metavar="N")
     keep_checkpoints: int = option(2, "how many of the newest checkpoints to keep", parse=whole(1, 1000), metavar="N")
     resume: bool = option(True, "start over instead of resuming from the newest complete checkpoint in OUTPUT_DIR")
     init_from: str | None = option(None, "start a new run from an earlier run's checkpoint: its output folder (its "
-                                         "newest complete checkpoint), its checkpoints folder, or one checkpoint "
-                                         "folder (used only while OUTPUT_DIR has no checkpoint of its own)",
-                                   metavar="PATH")
+                                   "newest complete checkpoint), its checkpoints folder, or one checkpoint folder "
+                                   "(used only while OUTPUT_DIR has no checkpoint of its own)", metavar="PATH")
     init_mode: str = option("weights", "what --init-from takes: weights (the model's; the optimizer, schedule and "
-                                       "steps start fresh) or full (the whole training state and the steps "
-                                       "reached, for a run like that one: same task, data, seed, batch and "
-                                       "processes)", choices=INIT_MODES)
+                            "steps start fresh) or full (the whole training state and the steps reached, for a run "
+                            "like that one: same task, data, seed, batch and processes)", choices=INIT_MODES)
     tracking: bool = option(True, "do not log params, metrics and the model to MLflow")
     mlflow_experiment: str | None = option(None, "MLflow experiment (on Databricks a workspace path; default "
-                                                 "/Shared/<package> on a cluster, OUTPUT_DIR/mlruns with --local)",
-                                           metavar="NAME")
-    register_model: str | None = option(None, "also register the trained model in Unity Catalog",
-                                        metavar="CATALOG.SCHEMA.MODEL")
+                                           "/Shared/<package>, OUTPUT_DIR/mlruns with --local)", metavar="NAME")
+    register_model: str | None = option(None, "register the model in Unity Catalog too", metavar="CATALOG.SCHEMA.MODEL")
     parallelism: str = option("ddp", "ddp (a whole model on each process) or fsdp2 (each holds a slice of every "
-                                     "weight, gradient and optimizer state: for a model whose training state does not "
-                                     "fit one GPU; one process trains the model as it is)", choices=PARALLELISMS)
-    zero_stage: int | None = option(None, "DeepSpeed's ZeRO stage (default: from --deepspeed-config, else 2)",
-                                    parse=whole(0, 3))
-    offload: str | None = option(None, "DeepSpeed's CPU offload (default: from --deepspeed-config, else none)",
-                                 choices=OFFLOADS)
-    deepspeed_config: dict | None = option(None, "a DeepSpeed config, or the output of `advise --json`, to start "
-                                                 "from", parse=json_file, metavar="FILE")
+                              "weight, gradient and optimizer state: for a model whose training state does not fit one "
+                              "GPU; one process trains the model as it is)", choices=PARALLELISMS)
+    zero_stage: int | None = option(None, "ZeRO stage (default: --deepspeed-config's, else 2)", parse=whole(0, 3))
+    offload: str | None = option(None, "ZeRO CPU offload (default: --deepspeed-config's, else none)", choices=OFFLOADS)
+    deepspeed_config: dict | None = option(None, "a DeepSpeed config, or the output of `advise --json`, to start from",
+                                           parse=json_file, metavar="FILE")
     spark_ml_api: str | None = option(None, "Spark ML: connect (pyspark.ml.connect, the default) or classic "
-                                            "(pyspark.ml over Spark Connect)", choices=SPARK_ML_APIS)
+                                      "(pyspark.ml over Spark Connect)", choices=SPARK_ML_APIS)
     spark_ml_model: str | None = option(None, "Spark ML's regressor (default linear; gbt and random_forest need "
-                                              "--spark-ml-api classic)", choices=SPARK_ML_MODELS)
-    handoff_to_torchrun: bool = option(False, "stage the data and write the run's config and a torchrun command "
-                                              "to OUTPUT_DIR/torchrun/ instead of training (a serverless GPU job's "
-                                              "stage task; its GPU task runs the loop)")
+                                        "--spark-ml-api classic)", choices=SPARK_ML_MODELS)
+    handoff_to_torchrun: bool = option(False, "do not train: stage the data, write the config and torchrun command to "
+                                       "OUTPUT_DIR/torchrun/ (a serverless GPU job's stage task; its GPU task trains)")
     task_options: Any = None  # the task's Options, built from its own options
 
     @property
@@ -214,9 +191,8 @@ class Placement:
 
 def placement(config: Config) -> Placement:
     """The processes of a resolved config (`resolve` has set gpus_per_node)."""
-    if config.gpus_per_node:
-        return Placement(config.num_nodes, config.gpus_per_node, use_gpu=True)
-    return Placement(config.num_nodes, config.processes or DEFAULT_LOCAL_PROCESSES, use_gpu=False)
+    return Placement(config.num_nodes, config.gpus_per_node or config.processes or DEFAULT_LOCAL_PROCESSES,
+                     use_gpu=bool(config.gpus_per_node))
 
 
 # ------------------------------------------------------------------ the command line
@@ -224,10 +200,8 @@ def placement(config: Config) -> Placement:
 def add_options(parser: argparse.ArgumentParser, of: type, title: str | None = None) -> None:
     """Every field of the dataclass `of` that has help (or any field, for a task's Options) as --field-name."""
     group = parser.add_argument_group(title) if title else parser
-    for spec in fields(of):
+    for spec in (spec for spec in fields(of) if of is not Config or "help" in spec.metadata):
         meta = spec.metadata
-        if of is Config and "help" not in meta:
-            continue
         flag = "--" + spec.name.replace("_", "-")
         default = spec.default
         kwargs: dict[str, Any] = {"dest": spec.name, "help": meta.get("help", "")}
@@ -348,8 +322,7 @@ def check_init_source(config: Config) -> None:
 
 
 def default_output_dir(config: Config) -> str:
-    """--local's folder: one per engine (and per task, for another task than the project's), so that runs of
-    different engines or tasks never resume each other's checkpoints."""
+    """--local's folder: one per engine and task, so that no run resumes another engine's or task's checkpoints."""
     name = config.engine if config.task == DEFAULT_TASK else f"{config.engine}-{config.task_name}"
     return os.path.join(LOCAL_RUNS_DIR, name)
 

@@ -1,7 +1,5 @@
 """A finding: one thing wrong (or worth a warning) in a bundle, a template answer or a cluster, with its fix."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 
@@ -20,5 +18,4 @@ class Finding:
 
     def __str__(self) -> str:
         where = ":".join(part for part in (self.file, self.path) if part)
-        prefix = f"{where}: " if where else ""
-        return f"{prefix}{self.severity} [{self.rule}] {self.message}\n    fix: {self.fix}"
+        return f"{where + ': ' if where else ''}{self.severity} [{self.rule}] {self.message}\n    fix: {self.fix}"

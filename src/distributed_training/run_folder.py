@@ -1,15 +1,11 @@
 """A run's folder (--output-dir): what one run owns, held while it trains, and whether it has finished.
 
 On a job, the folder is the job run's own, `<volume>/<engine>/<job run id>` (the job passes `{{job.run_id}}`): a retry
-or a repair of that job run keeps its id, finds its folder and resumes there; a new run gets a new id and a new
-folder, and starts fresh (or from an earlier run's checkpoint, with --init-from). So every folder holds one run's
-staged data, checkpoints, metrics and MLflow run, and two runs never mix.
+or repair keeps the id and resumes there; a new run gets a new id and folder, and starts fresh (or from an earlier run's
+checkpoint, with --init-from). So a folder holds one run's staged data, checkpoints, metrics and MLflow run.
 
 A run into a folder whose run has finished (its metrics.json is written, for as many steps as asked) has nothing to
-train: it reports those metrics and ends, so a repair that reruns a finished task costs nothing and changes nothing.
-"""
-
-from __future__ import annotations
+train: it reports those metrics and ends, so a repair that reruns a finished task costs nothing and changes nothing."""
 
 import errno
 import fcntl
@@ -28,10 +24,8 @@ class FolderInUse(ValueError):
 
 @contextmanager
 def held(path: str, inheritable: bool = False):
-    """The run's folder, created, writable and held for the run: a second run into it is refused at once. The lock
-    is the kernel's, so a run that crashes leaves nothing stuck. `inheritable`: the lock passes to a program this
-    process execs (torchrun, which then holds it for as long as it trains)."""
-    fix = "give this run its own --output-dir"
+    """The run's folder, created, writable and held: a second run into it is refused at once; the kernel's lock leaves
+    nothing stuck after a crash. `inheritable`: the lock passes to a program this process execs (torchrun)."""
     try:
         os.makedirs(path, exist_ok=True)
         lock = open(os.path.join(path, LOCK_FILE), "a+")
@@ -44,16 +38,15 @@ def held(path: str, inheritable: bool = False):
         except BlockingIOError:
             lock.seek(0)
             holder = lock.read().strip() or "another process"
-            raise FolderInUse(f"{path} is in use by another training run ({holder}): wait for it to end, or "
-                              f"{fix}") from None
+            raise FolderInUse(f"{path} is in use by another training run ({holder}): wait for it to end, or give this "
+                              "run its own --output-dir") from None
         except OSError as error:  # a file system without locks (some network mounts): go on unguarded
             if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 raise
         lock.truncate(0)
         lock.write(f"pid {os.getpid()} on {os.uname().nodename}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")
         lock.flush()
-        if inheritable:
-            os.set_inheritable(lock.fileno(), True)
+        os.set_inheritable(lock.fileno(), inheritable)
         yield
 
 
@@ -70,9 +63,8 @@ def announce_finished(config) -> bool:
 
 
 def finished_metrics(output_dir: str, engine: str, task: str, epochs: int, max_steps: int | None = None) -> dict | None:
-    """The metrics of the run that finished in `output_dir` with this engine and task, for at least the steps that
-    `epochs` and `max_steps` make; None when there is none (no metrics yet, another engine or task, or fewer steps: a
-    longer run continues)."""
+    """The metrics of the run finished in `output_dir` with this engine and task, for at least the steps `epochs` and
+    `max_steps` make; None if none (no metrics yet, another engine or task, or fewer steps: a longer run continues)."""
     try:
         with open(os.path.join(output_dir, METRICS_FILE)) as file:
             metrics = json.load(file)

@@ -1,7 +1,5 @@
 """The node-type catalog: `node_types.yaml` beside this file, read into `NodeType`s."""
 
-from __future__ import annotations
-
 import difflib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -87,6 +85,7 @@ def _family_node_types(family: dict, where: str) -> list[NodeType]:
         if missing:
             raise CatalogError(f"{where}: family {family['family']!r} has retired without {', '.join(missing)}")
         retired = Retirement(str(retired["date"]), retired["source"], tuple(retired["replacements"]))
+    shared = {name: family[name] for name in FAMILY_FIELDS if name not in ("gpu_memory_gb", "node_types")}
     node_types = []
     for entry in family["node_types"]:
         missing = [name for name in NODE_FIELDS if name not in entry]
@@ -94,11 +93,9 @@ def _family_node_types(family: dict, where: str) -> list[NodeType]:
             raise CatalogError(f"{where}: node type {entry.get('id', '?')!r} in family {family['family']!r} "
                                f"lacks {', '.join(missing)}")
         node_types.append(NodeType(
-            id=entry["id"], cloud=family["cloud"], family=family["family"], gpus=int(entry["gpus"]),
-            gpu_model=family["gpu_model"], gpu_memory_gb=float(family["gpu_memory_gb"]), vcpus=int(entry["vcpus"]),
-            memory_gb=float(entry["memory_gb"]), network=family["network"], multi_node=family["multi_node"],
-            reason=family["reason"], source=family["source"], notes=family.get("notes"),
-            multi_gpu_broken=bool(entry.get("multi_gpu_broken", False)), retired=retired))
+            **shared, id=entry["id"], gpus=int(entry["gpus"]), vcpus=int(entry["vcpus"]), notes=family.get("notes"),
+            memory_gb=float(entry["memory_gb"]), gpu_memory_gb=float(family["gpu_memory_gb"]), retired=retired,
+            multi_gpu_broken=bool(entry.get("multi_gpu_broken", False))))
     return node_types
 
 
@@ -106,13 +103,10 @@ def load_catalog(path: Path | str = CATALOG_FILE) -> Catalog:
     path = Path(path)
     document = yaml.safe_load(path.read_text())
     node_types = [node for family in document["families"] for node in _family_node_types(family, str(path))]
-    seen: set[str] = set()
-    for node in node_types:
-        if node.id in seen:
-            raise CatalogError(f"{path}: node type {node.id!r} is listed twice")
-        seen.add(node.id)
     catalog = Catalog(node_types, document["defaults"])
     for node in node_types:
+        if catalog.find(node.id) is not node:  # a later entry of the same id took its place
+            raise CatalogError(f"{path}: node type {node.id!r} is listed twice")
         for replacement in node.retired.replacements if node.retired else ():
             if catalog.find(replacement) is None or catalog.find(replacement).retired:
                 raise CatalogError(f"{path}: {node.id} names {replacement!r} as a replacement, which is not a "

@@ -1,15 +1,10 @@
 """Guards: the platform's rules for training clusters, over the node-type catalog.
 
-One set of rules, applied in three places: the template's answer checks, `validate` on every cluster of a bundle
-(both in this project's tooling), and the preflight at the start of every training run.
+One set of rules for the template's answers, `validate` on a bundle's clusters, and each training run's preflight.
 
-The driver of a multi-node cluster is a node of the workers' type. Databricks' GPU compute docs for AWS require the
-driver and worker types both to be GPU instance types; Azure's no longer say so for the driver, but no document
-allows a CPU driver outright. So a CPU driver beside GPU workers is an error on AWS and a warning elsewhere, though
-with `local_mode=False` TorchDistributor and DeepSpeed train on the workers only and the driver's GPUs idle.
-"""
-
-from __future__ import annotations
+A multi-node cluster's driver is by default of the workers' type. Databricks' GPU docs for AWS require GPU driver and
+worker types; Azure's no longer say so for the driver, but none allows a CPU driver outright: beside GPU workers it is
+an error on AWS, a warning elsewhere (though multi-node TorchDistributor and DeepSpeed leave the driver's GPUs idle)."""
 
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -49,10 +44,7 @@ def is_reference(value: Any) -> bool:
 def check_cluster(request: ClusterRequest, path: str | None = None, catalog: Catalog | None = None) -> list[Finding]:
     """Every finding for one cluster. `path` is where the cluster sits in a bundle (None: answer names)."""
     catalog = catalog or default_catalog()
-
-    def at(leaf: str) -> str:
-        return f"{path}.{leaf}" if path else leaf
-
+    at: At = lambda leaf: f"{path}.{leaf}" if path else leaf  # noqa: E731
     node = None if is_reference(request.node_type_id) else catalog.find(request.node_type_id)
     runtime = None if is_reference(request.spark_version) else parse_runtime(request.spark_version)
     findings: list[Finding] = []
@@ -63,14 +55,11 @@ def check_cluster(request: ClusterRequest, path: str | None = None, catalog: Cat
             "unknown-spark-version", f"spark_version {request.spark_version!r} is not a Databricks Runtime version",
             f"use a version string such as {versions()['runtime']} (with use_ml_runtime: true for ML); "
             "`databricks clusters spark-versions` lists them", path=at("spark_version")))
-    if runtime is not None:
-        runtime = effective(runtime, request.use_ml_runtime, node is not None and node.has_gpu)
     if node is not None:
         findings += _node_rules(request, node, catalog, at)
-    if node is not None and runtime is not None:
-        findings += _node_runtime_rules(node, runtime, at)
     if runtime is not None:
-        findings += _access_rules(request, node, runtime, at)
+        runtime = effective(runtime, request.use_ml_runtime, node is not None and node.has_gpu)
+        findings += _runtime_rules(request, node, runtime, at)
         for engine in request.engines:
             findings += _engine_rules(engine, request, node, runtime, at)
     return findings
@@ -96,8 +85,7 @@ def _node_rules(request: ClusterRequest, node: NodeType, catalog: Catalog, at: A
                       f"use {', '.join(node.retired.replacements)} (or another current size of the catalog)",
                       path=at("node_type_id"))
         return
-    current = [member for member in catalog.family(node.family) if not member.retired]
-    largest = max(current, key=lambda member: member.gpus)
+    largest = max((member for member in catalog.family(node.family) if not member.retired), key=lambda m: m.gpus)
     single_node_fix = f"num_workers: 0 on {largest.id} ({largest.gpus} x {largest.gpu_model})"
     if request.cloud and node.cloud != request.cloud:
         yield Finding("node-type-wrong-cloud", f"{node.id} is an {node.cloud} node type, not {request.cloud}",
@@ -128,25 +116,23 @@ def _node_rules(request: ClusterRequest, node: NodeType, catalog: Catalog, at: A
                       severity="error" if node.cloud == "aws" else "warning")
 
 
-def _node_runtime_rules(node: NodeType, runtime: Runtime, at: At) -> Iterator[Finding]:
-    if node.has_gpu and not runtime.gpu:
+def _runtime_rules(request: ClusterRequest, node: NodeType | None, runtime: Runtime, at: At) -> Iterator[Finding]:
+    gpu_node = node is not None and node.has_gpu
+    if gpu_node and not runtime.gpu:
         yield Finding("gpu-node-cpu-runtime", f"{node.id} has {node.gpus} GPU(s) but {runtime.spark_version} "
                       "runs without GPU support", f"set use_ml_runtime: true with {versions()['runtime']} (or a GPU "
                       "ML runtime key such as 17.3.x-gpu-ml-scala2.13)", path=at("spark_version"))
-    if runtime.gpu and not node.has_gpu:
+    if runtime.gpu and node is not None and not node.has_gpu:
         yield Finding("gpu-runtime-cpu-node", f"{runtime.spark_version} is a GPU runtime but {node.id} has no GPU",
                       "pick a GPU node type, or a CPU runtime", path=at("node_type_id"))
-    if node.has_gpu and runtime.photon:
+    if gpu_node and runtime.photon:
         yield Finding("photon-on-gpu", f"Photon is not supported on GPU node {node.id}",
                       f"use {versions()['runtime']} with use_ml_runtime: true", path=at("spark_version"))
-
-
-def _access_rules(request: ClusterRequest, node: NodeType | None, runtime: Runtime, at: At) -> Iterator[Finding]:
-    if request.data_security_mode in STANDARD_MODES and (runtime.ml or (node is not None and node.has_gpu)):
+    if request.data_security_mode in STANDARD_MODES and (runtime.ml or gpu_node):
         yield Finding("ml-on-standard-access", f"Standard access mode ({request.data_security_mode}) supports neither "
                       "ML runtimes nor GPUs", f"set data_security_mode: {versions()['access_modes']['dedicated']}",
                       path=at("data_security_mode"))
-    if node is not None and node.has_gpu and (request.runtime_engine or "").upper() == "PHOTON":
+    if gpu_node and (request.runtime_engine or "").upper() == "PHOTON":
         yield Finding("photon-on-gpu", f"Photon is not supported on GPU node {node.id}",
                       "remove runtime_engine: PHOTON (or set STANDARD)", path=at("runtime_engine"))
 

@@ -1,10 +1,7 @@
 """Preflight: before any training starts, what the job asked for against what the cluster really has.
 
 Run at the start of `train` on the driver. The cluster's own settings go through the same guards as the template
-answers and `validate`; on top, the hardware the driver and executors see must match the job's request.
-"""
-
-from __future__ import annotations
+answers and `validate`; on top, the hardware the driver and executors see must match the job's request."""
 
 from dataclasses import dataclass
 
@@ -56,10 +53,9 @@ def check(request: TrainingRequest, observed: ObservedCluster) -> list[Finding]:
     if observed.node_type_id and observed.spark_version:
         # use_ml_runtime=True: a cluster made with it may report its plain key, and a torch engine that got this far
         # imported torch, so its runtime is an ML one whatever the key says.
-        as_running = ClusterRequest(
-            node_type_id=observed.node_type_id, num_workers=0 if observed.single_node else observed.workers,
-            spark_version=observed.spark_version, engines=(request.engine,), spark_conf=observed.spark_conf,
-            use_ml_runtime=True)
+        workers = 0 if observed.single_node else observed.workers
+        as_running = ClusterRequest(observed.node_type_id, workers, observed.spark_version, engines=(request.engine,),
+                                    spark_conf=observed.spark_conf, use_ml_runtime=True)
         # A node type missing from the catalog is not a reason to stop a job that is already running.
         findings += [finding for finding in check_cluster(as_running) if finding.rule != "unknown-node-type"]
     return findings
@@ -97,12 +93,10 @@ class PreflightError(RuntimeError):
 
 
 def ensure_ready(spark, request: TrainingRequest, log=print) -> ObservedCluster:
-    """Check the cluster before training; print warnings, raise PreflightError on any error."""
     observed = observe(spark)
     findings = check(request, observed)
-    for finding in findings:
-        if not finding.is_error:
-            log(str(finding))
+    for warning in (finding for finding in findings if not finding.is_error):
+        log(str(warning))
     errors = [finding for finding in findings if finding.is_error]
     if errors:
         raise PreflightError("preflight failed, nothing was trained:\n" + "\n".join(str(error) for error in errors))

@@ -1,13 +1,8 @@
 """What each training engine needs from its cluster (FACTS.md: runtimes, GPUs, Spark scheduling)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
-TORCH_DISTRIBUTOR = "torch_distributor"
-DEEPSPEED = "deepspeed"
-RAY = "ray"
-SPARK_ML_CONNECT = "spark_ml_connect"
+TORCH_DISTRIBUTOR, DEEPSPEED, RAY, SPARK_ML_CONNECT = "torch_distributor", "deepspeed", "ray", "spark_ml_connect"
 ENGINES = (TORCH_DISTRIBUTOR, DEEPSPEED, RAY, SPARK_ML_CONNECT)
 
 

@@ -1,8 +1,6 @@
 """Databricks Runtime versions (`spark_version` strings such as `17.3.x-scala2.13`, `17.3.x-gpu-ml-scala2.13`), and
 the versions file (`versions.yaml` beside this file) that names the ones the project uses."""
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -32,25 +30,20 @@ class Runtime:
 
     @property
     def label(self) -> str:
-        kind = "GPU ML" if self.gpu else "ML" if self.ml else "standard"
-        return f"{self.major}.{self.minor} {kind}"
+        return f"{self.major}.{self.minor} {'GPU ML' if self.gpu else 'ML' if self.ml else 'standard'}"
 
 
 def parse_runtime(spark_version: str) -> Runtime | None:
     match = _SPARK_VERSION.match(spark_version.strip())
     if not match:
         return None
-    flavour = match["flavour"]
     return Runtime(spark_version=spark_version, major=int(match["major"]), minor=int(match["minor"]),
-                   ml="ml" in flavour, gpu="gpu" in flavour, photon="photon" in flavour)
+                   ml="ml" in match["flavour"], gpu="gpu" in match["flavour"], photon="photon" in match["flavour"])
 
 
 def effective(runtime: Runtime, use_ml_runtime: bool, gpu_node: bool) -> Runtime:
-    """What a cluster runs: with `use_ml_runtime: true` Databricks adds the ML flavour to a plain key, GPU on a GPU
-    node type (Clusters API, use_ml_runtime)."""
-    if not use_ml_runtime or runtime.ml:
-        return runtime
-    return replace(runtime, ml=True, gpu=gpu_node)
+    """What a cluster runs: `use_ml_runtime: true` has Databricks add ML (GPU ML on GPU nodes) to a plain key."""
+    return runtime if not use_ml_runtime or runtime.ml else replace(runtime, ml=True, gpu=gpu_node)
 
 
 @lru_cache(maxsize=1)

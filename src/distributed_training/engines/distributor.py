@@ -1,7 +1,5 @@
 """The torch launcher on Spark: the shared loop under DDP on every process TorchDistributor (pyspark.ml.torch) starts
-from the Spark driver. The TorchDistributor engine is this launcher as it is (torch_distributor.py); the DeepSpeed
-engine specialises it (deepspeed.py), as pyspark's DeepspeedTorchDistributor specialises TorchDistributor. A project
-carries this module with either.
+from the driver. The DeepSpeed engine specialises it (deepspeed.py); the TorchDistributor engine is it as it is.
 
 Placement, following the platform's advice (single node first):
 - one node: `local_mode=True`, the processes run on the driver, one per GPU it has;
@@ -9,11 +7,7 @@ Placement, following the platform's advice (single node first):
   `spark.task.resource.gpu.amount` 1 on the cluster (the preflight checks it); the driver only coordinates;
 - `--local` (or no GPUs): `use_gpu=False`, N CPU processes talking over gloo.
 
-TorchDistributor pickles the function it runs and its arguments to the worker processes: the module-level
-`training.loop.train` and the run's `Config`.
-"""
-
-from __future__ import annotations
+TorchDistributor pickles what it runs to the workers: the module-level `training.loop.train` and the run's `Config`."""
 
 import os
 
@@ -27,7 +21,6 @@ class TorchDistributorEngine(Engine):
     name = "torch_distributor"
 
     def train(self, spark, config: Config, environment: dict[str, str]) -> TrainingRun:
-        """Stage the data for the planned processes, then run the loop on every one of them."""
         from ..training.loop import train as train_on_every_rank
 
         where = placement(config)
@@ -54,10 +47,8 @@ class TorchDistributorEngine(Engine):
 
 
 def run_on_a_rank(train_function, failures_dir: str, *args):
-    """What every process of the distributor runs: the loop, its failure recorded for the driver.
-
-    The distributor reads the result that each node's local rank 0 writes once this returns; the other ranks, their
-    work done and their process group closed, leave at once (`distributed.leave_now`)."""
+    """The loop on every process of the distributor, its failure recorded for the driver. The distributor reads what
+    each node's local rank 0 returns; the others (done, their group closed) leave at once: `distributed.leave_now`."""
     from ..training import distributed
 
     result = failures.run_recording_failure(train_function, failures_dir, *args)

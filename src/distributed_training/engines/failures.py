@@ -1,11 +1,7 @@
 """Bring a worker's failure back to the driver as one line.
 
-Distributors stream the workers' output to the driver but do not say why a worker failed (TorchDistributor reports
-only that training failed). Each rank therefore records its exception in a shared folder before it dies, and the
-launcher reports the earliest one: the others are usually its echo (peers losing their connection).
-"""
-
-from __future__ import annotations
+Distributors stream the workers' output but not why a worker failed (TorchDistributor says only that training failed),
+so each rank records its exception in a shared folder and the launcher reports the earliest (the rest: its echo)."""
 
 import os
 import shutil
@@ -15,7 +11,6 @@ FAILURES_DIR = "failures"  # under the output folder, which every rank reaches
 
 
 def run_recording_failure(train_function, failures_dir: str, *args):
-    """Call train_function(*args); on an exception, write it to failures_dir/rank-N.txt and re-raise."""
     try:
         return train_function(*args)
     except Exception as error:
@@ -28,9 +23,8 @@ def run_recording_failure(train_function, failures_dir: str, *args):
 
 def first_failure(failures_dir: str) -> str | None:
     """The failure recorded first, and how many other ranks failed after it; None when none was recorded."""
-    if not os.path.isdir(failures_dir):
-        return None
-    paths = sorted((os.path.join(failures_dir, name) for name in os.listdir(failures_dir)), key=os.path.getmtime)
+    names = os.listdir(failures_dir) if os.path.isdir(failures_dir) else []
+    paths = sorted((os.path.join(failures_dir, name) for name in names), key=os.path.getmtime)
     if not paths:
         return None
     with open(paths[0]) as file:

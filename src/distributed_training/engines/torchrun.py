@@ -1,30 +1,22 @@
-"""The shared loop under torchrun: plan a run here (`train --handoff-to-torchrun`), carry it out on GPU nodes that
-have no Spark (`python -m <package>.engines.torchrun`).
+"""The shared loop under torchrun: plan a run here (`train --handoff-to-torchrun`), carry it out on GPU nodes that have
+no Spark (`python -m <package>.engines.torchrun`).
 
-A serverless GPU job has two tasks. `stage` (serverless compute with Spark, no torch) runs `train --engine E
---handoff-to-torchrun --job-run-id {{job.run_id}}`: it stages the table into the job run's own folder of the target's
-volume, writes the run's config beside it (OUTPUT_DIR/torchrun/config.json) and names that file in the MLflow
-experiment the GPU task logs to, under a tag of its own job run (`torchrun_config.<job run id>`). `train`, an
-`ai_runtime_task`, runs the project's `src/command.sh` on every node, which runs this module: it finds which job run
-it belongs to and reads that run's config, then starts torchrun with a process per GPU.
+A serverless GPU job has two tasks. `stage` (serverless, Spark, no torch) runs `train --engine E --handoff-to-torchrun
+--job-run-id {{job.run_id}}`: it stages the table into the job run's own folder, writes the run's config beside it
+(OUTPUT_DIR/torchrun/config.json) and names it in the GPU task's MLflow experiment under `torchrun_config.<job run id>`.
+`train`, an `ai_runtime_task`, runs `src/command.sh`, hence this module, on every node.
 
-Why this channel: the AI Runtime passes its command no parameters, and the files it reads beside `command.sh`
-(`env_vars.json`, `hyperparameters.yaml`) are deployed once for every run, so neither can say which job run a node
-serves. What the platform does give each attempt of the GPU task is its own MLflow run (MLFLOW_RUN_ID), in the
-experiment both tasks name; the Jobs API links a job run's GPU task to that MLflow run (runs/get-output:
-`ai_runtime_task_output.mlflow_run_id`). So a node asks the Jobs API which of the job runs that left a config in the
-experiment is running it, and takes that run's config: two runs, or a repair of an earlier run after a later one,
-never take each other's config or staged data.
+Why this channel: the AI Runtime passes its command no parameters, and the files beside `command.sh` (`env_vars.json`,
+`hyperparameters.yaml`) are deployed once for all runs, so neither can say which job run a node serves. Each attempt of
+the GPU task does get its own MLflow run (MLFLOW_RUN_ID) in the experiment both tasks name, which the Jobs API links to
+its job run (runs/get-output: `ai_runtime_task_output.mlflow_run_id`). So a node asks which job run that left a config
+runs it: two runs (or a repair of an earlier one after a later one) never take each other's config and data.
 
-With --local, and anywhere else, the config file is given: `train --handoff-to-torchrun` also writes
-OUTPUT_DIR/torchrun/command.sh, which runs `python -m <package>.engines.torchrun --config OUTPUT_DIR/torchrun/
-config.json`. torchrun then runs this module again with --worker in each process, which trains. The first node
-holds the run's folder (as `train` does) for as long as torchrun runs.
-"""
-
-from __future__ import annotations
+Elsewhere (--local too) OUTPUT_DIR/torchrun/command.sh runs this module with `--config`; torchrun then runs it with
+--worker in each process, which trains. The first node holds the run's folder (as `train` does) while torchrun runs."""
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -63,8 +55,7 @@ def hand_off(spark, config: Config, environment: dict[str, str]) -> str:
 
 
 def _publish(config: Config, config_path: str, environment: dict[str, str]) -> None:
-    """Name the config in the MLflow experiment that the GPU task's run belongs to, under this job run's tag; drop
-    the tags of all but the newest KEPT_CONFIGS job runs."""
+    """Name the config in the GPU task's MLflow experiment under this job run's tag, keeping the newest KEPT_CONFIGS."""
     from ..training.tracking import experiment_name
 
     os.environ.update(environment)
@@ -92,8 +83,7 @@ def configs_by_job_run(tags: dict[str, str]) -> list[str]:
 
 
 def config_of_platform_run() -> str:
-    """The config of the job run this node serves (a serverless GPU task's nodes): the experiment of the platform's
-    MLflow run names a config per job run, and the Jobs API says which job run this MLflow run belongs to."""
+    """The config of the job run this node serves (a serverless GPU task's), found as the module docstring says."""
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
         raise LaunchError("no --config was given and MLFLOW_RUN_ID is not set: on a serverless GPU task the platform "
@@ -111,8 +101,7 @@ def config_of_platform_run() -> str:
 
 
 def job_run_of(mlflow_run_id: str, job_runs: list[str]) -> str:
-    """Which of `job_runs` runs the GPU task whose MLflow run is `mlflow_run_id`, by the Jobs API (runs/get, then
-    runs/get-output of each of its AI Runtime tasks). The SDK's own retries and timeouts bound every request."""
+    """Which of `job_runs` runs MLflow run `mlflow_run_id`'s GPU task (SDK retries and timeouts bound each request)."""
     from databricks.sdk import WorkspaceClient
     from databricks.sdk.errors import DatabricksError
 
@@ -125,9 +114,7 @@ def job_run_of(mlflow_run_id: str, job_runs: list[str]) -> str:
                 continue
             raise LaunchError(f"the Jobs API refused to show job run {job_run} ({str(error).splitlines()[0]}): the "
                               "GPU task's identity needs CAN VIEW on its own job") from None
-        for task in tasks:
-            if "ai_runtime_task" not in task:
-                continue
+        for task in (task for task in tasks if "ai_runtime_task" in task):
             output = api.do("GET", "/api/2.2/jobs/runs/get-output", query={"run_id": task["run_id"]})
             if output.get("ai_runtime_task_output", {}).get("mlflow_run_id") == mlflow_run_id:
                 return job_run
@@ -180,29 +167,19 @@ def main(argv: list[str] | None = None) -> int:
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return 1
-    if os.environ.get("NODE_RANK", "0") != "0":  # the first node holds the folder for the run
-        return _exec(config, command)
+    first_node = os.environ.get("NODE_RANK", "0") == "0"  # it holds the folder for the run
     try:
-        with held(config.output_dir, inheritable=True):
-            return _exec(config, command)
-    except FolderInUse as error:
+        with held(config.output_dir, inheritable=True) if first_node else contextlib.nullcontext():
+            if not placement(config).use_gpu and config.engine == "deepspeed":
+                from .deepspeed import build_cpu_communication_op
+
+                os.environ["DS_ACCELERATOR"] = "cpu"  # CPU processes: DeepSpeed must not look for CUDA
+                build_cpu_communication_op()  # a LaunchError when it does not build
+            print("+ " + shlex.join(command), flush=True)
+            os.execv(command[0], command)  # become torchrun, which keeps the folder's lock (when held) until it exits
+    except (FolderInUse, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-
-
-def _exec(config: Config, command: list[str]) -> int:
-    """Become torchrun (with the folder's lock, when held: torchrun keeps it until it exits)."""
-    if not placement(config).use_gpu and config.engine == "deepspeed":
-        from .deepspeed import build_cpu_communication_op
-
-        os.environ["DS_ACCELERATOR"] = "cpu"  # CPU processes: DeepSpeed must not look for CUDA
-        try:
-            build_cpu_communication_op()
-        except LaunchError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 1
-    print("+ " + shlex.join(command), flush=True)
-    os.execv(command[0], command)
 
 
 if __name__ == "__main__":

@@ -2,27 +2,20 @@
 
 Layout, under a folder every rank reaches (a Unity Catalog volume on a cluster):
 
-    checkpoints/step-00001200/state.pt        the training state (DeepSpeed: its own files, a shard per rank;
-                                              FSDP2: a torch distributed checkpoint, .metadata and a shard per rank)
+    checkpoints/step-00001200/state.pt        the training state (DeepSpeed's files, or FSDP2's DCP: a shard per rank)
     checkpoints/step-00001200/rng-rank0.pt    each rank's random number generators' states
-    checkpoints/step-00001200/complete.json   written last, by rank 0, once every rank has saved: the step, the
-                                              epoch and how far into it, the run's identity and its progress
+    checkpoints/step-00001200/complete.json   written last by rank 0 once all ranks saved: step, run identity, progress
 
-A checkpoint counts only with its completion marker, and every file is written under a temporary name and then
-renamed, so a run killed mid-save leaves nothing a resume would take for whole. One that is marked complete but does
-not load (a truncated or damaged file) is skipped with a warning, and the one before it is used. A resumed run ends
-where an uninterrupted one would, even mid-epoch: the state and the random generators come back, and the data order
-depends only on the seed, the rank and the epoch (see `ShuffledBatches`).
+A checkpoint counts only once marked complete, and every file is written under a temporary name then renamed, so a run
+killed mid-save leaves nothing a resume would take for whole. One marked complete that does not load (damaged) is
+skipped with a warning, for the one before. A resumed run ends where an uninterrupted one would, even mid-epoch: state
+and random generators come back, and the data order depends only on seed, rank and epoch (`ShuffledBatches`).
 
-A resume must share the checkpoint's run identity: what changes the math or the data order (task and its options,
-data, processes, parallelism, seed, batch, accumulation), not logging, checkpoint cadence or the run's length (a
-longer run continues where the shorter one stopped). What the config decides of it is compared before anything is
-staged, what the options do before Spark (`refusal_to_resume`). A new run may start from another run's checkpoint
-(--init-from): its weights alone (also on another number of processes), or with `continue_from` its whole state,
-when the run identities match.
-"""
-
-from __future__ import annotations
+A resume must share the checkpoint's run identity: what changes the math or the data order (task and its options, data,
+processes, parallelism, seed, batch, accumulation), not logging, checkpoint cadence or the run's length (a longer run
+goes on where a shorter stopped). The part the config decides is compared before anything is staged, the part the
+options decide before Spark (`refusal_to_resume`). A new run may start from another run's checkpoint (--init-from): its
+weights alone (on any number of processes), or with `continue_from` its whole state, when the identities match."""
 
 import json
 import os
@@ -57,8 +50,7 @@ def read_marker(directory: str, tag: str) -> dict | None:
 
 
 def named_checkpoint(path: str) -> tuple[str, str]:
-    """(checkpoints folder, tag) of what --init-from names: one checkpoint (the folder with its completion marker),
-    or the newest complete one in a checkpoints folder or in a run's output folder."""
+    """(checkpoints folder, tag) of --init-from's path: a checkpoint, or the newest in a checkpoints or run folder."""
     path = os.path.abspath(path)
     if TAG.match(os.path.basename(path)) and os.path.exists(os.path.join(path, MARKER)):
         return os.path.dirname(path), os.path.basename(path)
@@ -80,11 +72,9 @@ def _differences(theirs, ours: dict) -> str:
 
 def complete_steps(directory: str) -> list[int]:
     """The steps with a complete checkpoint, newest first."""
-    if not os.path.isdir(directory):
-        return []
-    steps = [int(match.group(1)) for match in map(TAG.match, os.listdir(directory))
-             if match and os.path.exists(os.path.join(directory, match.group(0), MARKER))]
-    return sorted(steps, reverse=True)
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    return sorted((int(match.group(1)) for match in map(TAG.match, names)
+                   if match and os.path.exists(os.path.join(directory, match.group(0), MARKER))), reverse=True)
 
 
 def options_identity(config) -> dict:
@@ -97,9 +87,7 @@ def options_identity(config) -> dict:
 def refusal_to_resume(config) -> str | None:
     """Why this run cannot resume the newest checkpoint in its folder, as far as the config tells (the source and the
     processes where they are known; the data's rows once it is staged); None when it can, or has nothing to resume."""
-    if not config.resume:
-        return None
-    steps = complete_steps(config.checkpoint_dir)
+    steps = complete_steps(config.checkpoint_dir) if config.resume else []
     marker = read_marker(config.checkpoint_dir, tag_of(steps[0])) if steps else None
     if marker is None:
         return None
@@ -108,13 +96,11 @@ def refusal_to_resume(config) -> str | None:
         ours["source"] = config.table
     if config.local or config.processes or config.gpus_per_node is not None:  # else the driver's GPUs decide
         ours["world_size"] = placement(config).world_size
-    if isinstance(theirs, dict):
-        theirs = {name: theirs.get(name) for name in ours}
+    theirs = {name: theirs.get(name) for name in ours} if isinstance(theirs, dict) else theirs
     differences = _differences(theirs, ours)
-    if not differences:
-        return None
-    return (f"{config.output_dir} holds the checkpoints of another run ({differences}): give this run its own "
-            "--output-dir, train with that run's settings to continue it, or --no-resume to start over there")
+    return None if not differences else (f"{config.output_dir} holds the checkpoints of another run ({differences}): "
+                                         "give this run its own --output-dir, train with that run's settings to "
+                                         "continue it, or --no-resume to start over there")
 
 
 class CheckpointFolderError(OSError):
@@ -144,17 +130,15 @@ class Checkpoints:
             directory, process, keep, run_identity, log)
 
     def save(self, strategy, step: int, progress: dict) -> None:
-        """Every rank calls it: the strategy writes the state and each rank its generators' states, then rank 0 marks
-        it complete (with `progress`: what the loop needs to go on) and drops old ones."""
+        """Every rank calls it: each saves its part, then rank 0 marks it complete (with `progress`), drops old ones."""
         import torch  # here, not above: the pre-check runs where there is no torch (a serverless stage task)
 
         from . import distributed
 
         tag = tag_of(step)
         strategy.save(self.directory, tag)
-        generators = random_states()
         write_atomically(os.path.join(self.directory, tag, RNG_FILE.format(rank=self.process.rank)),
-                         lambda file: torch.save(generators, file))
+                         lambda file: torch.save(random_states(), file))
         distributed.barrier(self.process)  # every rank's files are in place before the marker says so
         if self.process.is_main:
             write_json(os.path.join(self.directory, tag, MARKER),

@@ -1,10 +1,8 @@
 """Staged data as the ranks see it: parquet files on a shared folder, and the manifest that describes them.
 
-Spark writes the task's prepared rows once (`staging`), one file per process for each split; every rank then reads
-only its own files, with pyarrow. Token ids (a task that defines `tokenize`) a rank copies once to its node's local
-disk and memory-maps: its own memory does not grow with the corpus. Nothing here needs Spark or torch: the serverless
-stage task writes the manifest without torch, and torchrun's processes read the files without Spark.
-"""
+Spark writes the task's rows once (`staging`), a file per process and split; each rank reads its own with pyarrow. Token
+ids (of a task with `tokenize`) a rank copies once to its node's local disk and memory-maps: its memory does not grow
+with the corpus. Nothing here needs Spark or torch (the stage task has no torch, torchrun's processes no Spark)."""
 
 from __future__ import annotations
 
@@ -59,8 +57,7 @@ class StagedData:
         return cls(directory=directory, **content)
 
     def shard(self, split: str, rank: int, world_size: int, require_rows: bool = True):
-        """This rank's share of a split ("train" or "test") as the task's `examples` takes it: a pyarrow Table of
-        rows, or, for a task that tokenizes, a memory-mapped 1-D array of token ids."""
+        """This rank's share of a split for the task's `examples`: a pyarrow Table, or memory-mapped token ids."""
         directory = os.path.join(self.directory, split)
         if self.token_dtype is None:
             return read_shard(directory, rank, world_size, require_rows)
@@ -100,9 +97,7 @@ def read_shard(directory: str, rank: int, world_size: int, require_rows: bool = 
     import pyarrow.parquet as pq
 
     files, mine = rank_files(directory, rank, world_size, require_rows)
-    if not mine:
-        return pq.read_schema(files[0]).empty_table()
-    return pq.read_table(mine, use_threads=True)
+    return pq.read_table(mine, use_threads=True) if mine else pq.read_schema(files[0]).empty_table()
 
 
 def local_cache(staged_directory: str) -> str:

@@ -1,11 +1,7 @@
 """The DeepSpeed config of a run, generated from its options (and a config to start from, e.g. `advise --json`).
 
-The optimizer and the learning-rate schedule are the loop's own (it hands them to `deepspeed.initialize`), so the
-config names neither; gradient clipping and precision come from the same options as under DDP. Nothing here needs
-torch or DeepSpeed: the driver writes the config before any training process starts.
-"""
-
-from __future__ import annotations
+The loop's own optimizer and schedule go to `deepspeed.initialize`: the config names neither; clipping and precision
+come from the options, as under DDP. The driver writes it before any training process, without torch or DeepSpeed."""
 
 from ..config import Config
 
@@ -18,9 +14,7 @@ def deepspeed_config(config: Config, world_size: int, precision: str) -> dict:
     """ZeRO stage and offload from the options, else from config.deepspeed_config, else ZeRO 2 without offload."""
     base = {name: value for name, value in (config.deepspeed_config or {}).items() if name not in LOOP_OWNED}
     zero = dict(base.pop("zero_optimization", {}))
-    if config.zero_stage is not None:
-        zero["stage"] = config.zero_stage
-    zero.setdefault("stage", 2)
+    zero["stage"] = config.zero_stage if config.zero_stage is not None else zero.get("stage", 2)
     if config.offload is not None:
         zero.pop("offload_optimizer", None)
         zero.pop("offload_param", None)

@@ -1,11 +1,7 @@
 """Where this process sits in a distributed run, read from the environment every launcher sets.
 
-torchrun, TorchDistributor, DeepSpeed and Ray Train all export RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-MASTER_PORT; a process started on its own is rank 0 of a world of one and needs no process group. Ray Train starts
-the process group itself before the loop runs: the loop then uses that group and leaves ending it to Ray.
-"""
-
-from __future__ import annotations
+Every launcher (torchrun, TorchDistributor, DeepSpeed, Ray Train) exports RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT; a lone process is rank 0 of a world of one, without a group. Ray Train starts and ends the group itself."""
 
 import os
 import sys
@@ -50,8 +46,7 @@ def start(use_gpu: bool, timeout_seconds: float = 1800) -> Process:
     else:
         device = torch.device("cpu")
         # Processes on one machine share its cores; more threads than that only make them wait for each other.
-        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world_size))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))))
     starts_group = world_size > 1 and not dist.is_initialized()
     if starts_group:
         dist.init_process_group(backend="nccl" if use_gpu else "gloo", init_method="env://",
@@ -65,9 +60,8 @@ def stop(process: Process) -> None:
 
 
 def leave_now() -> None:
-    """End this process at once, its output flushed, skipping the interpreter's native teardown: there a finished
-    rank of a 2-process gloo group (torch 2.13, CPU) was seen to abort ("terminate called without an active
-    exception"), failing a run whose results were all written. For a rank whose result is already delivered."""
+    """For a rank whose result is delivered: end at once, output flushed, past the native teardown, where a finished
+    gloo rank (torch 2.13, CPU) was seen to abort ("terminate called without an active exception") and fail the run."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

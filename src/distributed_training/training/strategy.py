@@ -1,6 +1,4 @@
-"""How gradients are made and applied, behind one small object: plain data parallel (DDP), FSDP2 or DeepSpeed.
-
-The loop reads the same whichever runs underneath:
+"""How gradients are made and applied behind one small object, which the loop uses alike for DDP, FSDP2 or DeepSpeed:
 
     strategy.prepare(model, make_optimizer, schedule)   # wrap the model; the loop's optimizer and LR schedule
     for micro_batch in window:                          # `accumulation` micro-batches make one update
@@ -11,14 +9,10 @@ The loop reads the same whichever runs underneath:
     grad_norm = strategy.step()                         # clip, update, advance the schedule: once per window
     strategy.save(directory, tag) / strategy.load(directory, tag)   # every rank calls them (checkpoints)
 
-The loop does the weighing, so gradient accumulation means the same under each: the gradients the optimizer sees
-are those of the mean loss over every item (token, example) of the window on every rank, and they are reduced across
-ranks once per update. Mixed precision is autocast under all (DeepSpeed then keeps its weights in that precision,
-with fp32 master weights in its optimizer). A checkpoint holds the plain model's weights, whatever wraps it (DDP,
-FSDP2, DeepSpeed's engine, torch.compile's `_orig_mod.`).
-"""
-
-from __future__ import annotations
+The loop does the weighing, so gradient accumulation means the same under each: the optimizer sees the gradients of the
+mean loss over every item (token, example) of the window on every rank, reduced across ranks once per update. Mixed
+precision is autocast under all (DeepSpeed keeps its weights in it, fp32 master weights in its optimizer). A checkpoint
+holds the plain model's weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile's `_orig_mod.`)."""
 
 import contextlib
 import os
@@ -61,9 +55,8 @@ class Strategy:
         return contextlib.nullcontext()
 
     def follow_schedule(self) -> None:
-        """The learning rate of the step the schedule has reached, by this run's schedule: after a resume, a run
-        longer than the one that saved the checkpoint takes its own schedule's rate from the next update on (the
-        optimizer's state holds the rate the shorter schedule had set)."""
+        """Set the rate of the step reached by this run's schedule: after a resume, a run longer than the one that
+        saved the checkpoint takes its own rate from the next update on (the optimizer's state holds the shorter's)."""
         for group, base, multiplier in zip(self.scheduler.optimizer.param_groups, self.scheduler.base_lrs,
                                            self.scheduler.lr_lambdas):
             group["lr"] = base * multiplier(self.scheduler.last_epoch)
@@ -75,8 +68,7 @@ class Strategy:
 
 
 class DataParallel(Strategy):
-    """One process: the model as it is. Several: DistributedDataParallel. Weights and optimizer state in float32;
-    fp16 gets a gradient scaler."""
+    """One process: the model as is; several: DDP. Weights and optimizer state in fp32; fp16 gets a gradient scaler."""
 
     scaler_type = torch.amp.GradScaler
 
@@ -107,10 +99,8 @@ class DataParallel(Strategy):
     def step(self) -> torch.Tensor:
         """Clip, update, advance the schedule; the gradients' global norm before clipping (a tensor on the device)."""
         self.scaler.unscale_(self.optimizer)
-        if self.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.grad_clip)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in self.module.parameters() if p.grad is not None])
+        norm = (torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.grad_clip) if self.grad_clip > 0 else
+                torch.nn.utils.get_total_norm([p.grad for p in self.module.parameters() if p.grad is not None]))
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
@@ -187,13 +177,11 @@ class FullyShardedDataParallel(DataParallel):
 
 
 class DeepSpeed(Strategy):
-    """DeepSpeed's engine: ZeRO sharding and offload as its config says; accumulation, clipping and the schedule's
-    steps happen inside `step`. Its save_checkpoint/load_checkpoint write and read every rank's shard."""
+    """DeepSpeed's engine: ZeRO and offload as configured; it accumulates, clips and steps the schedule in `step`."""
 
     def __init__(self, process: Process, precision: str, config: dict, timeout_seconds: float):
         super().__init__(process, precision)
-        self.config, self.timeout_seconds = config, timeout_seconds
-        self.window_ends = True
+        self.config, self.timeout_seconds, self.window_ends = config, timeout_seconds, True
 
     def prepare(self, model: torch.nn.Module, make_optimizer: Callable, schedule: Callable[[int], float]) -> None:
         import deepspeed

@@ -1,16 +1,11 @@
 """How fast a run trains: tokens (or examples) per second, model FLOPs utilisation (MFU), and where a step's time goes.
 
-One definition for the loop's progress lines, its MLflow metrics and metrics.json, and for the GPU check
-(benchmarks/gpu_check.py), so the figure a user sees in MLflow is the figure the check reports:
+One definition, so the loop's progress lines, MLflow and metrics.json match the GPU check (benchmarks/gpu_check.py):
 
     MFU = tokens/s x the model's training FLOPs per token / (GPUs x one GPU's dense 16-bit peak FLOP/s)
 
-The FLOPs per token are the task's (`flops_per_token`: the causal LM counts them; a task without it gets no MFU). The
-peaks (`gpu_peaks.yaml` beside this file) are NVIDIA's dense 16-bit figures by the exact name the driver gives (e.g.
-"NVIDIA H100 80GB HBM3"), never by substring: a GPU not listed, or a CPU, gets no MFU unless the caller gives a peak.
-"""
-
-from __future__ import annotations
+FLOPs per token are the task's (`flops_per_token`; without it, no MFU). Peaks (gpu_peaks.yaml) are NVIDIA's dense 16-bit
+figures by the driver's exact GPU name, not by substring: an unlisted GPU or a CPU gets MFU only from a given peak."""
 
 import time
 from contextlib import contextmanager
@@ -34,10 +29,7 @@ PEAKS = {name: Peak(**figures) for name, figures in
 
 
 def normalised(device_name: str) -> str:
-    name = " ".join(device_name.split()).lower()
-    for prefix in ("nvidia ", "tesla "):
-        name = name.removeprefix(prefix)
-    return name
+    return " ".join(device_name.split()).lower().removeprefix("nvidia ").removeprefix("tesla ")
 
 
 def peak_of(device_name: str) -> Peak | None:
@@ -61,14 +53,12 @@ def peak_tflops_of(device) -> float | None:
 
 
 class StepMeter:
-    """What the updates cost: items (the task's tokens, or examples), examples, the loss summed over items, the time
-    spent training and the part of it spent waiting for data. Counts stay on the device between settlements (no sync
-    per step); `settle()` adds them up over the ranks, once (every rank calls it).
+    """What the updates cost: items (tokens, or examples), examples, loss summed over items, training seconds and those
+    spent waiting for data. Counts stay on the device until `settle()` (every rank calls it) sums them over the ranks.
 
-    Two spans read from it: a report's window (`report()`: rates since the last report) and whatever the caller
-    settles in between (`settle()`: what an epoch's totals and a checkpoint need), so a checkpoint in the middle of a
-    window leaves the window whole. `totals()`: the run's rates in this process after its first settlement, which pays
-    for warm-up (allocations, kernel choices, caches); the first one's own when there is only one."""
+    Two spans read from it: a report's window (`report()`: rates since the last report) and what the caller settles in
+    between (`settle()`: an epoch's totals, a checkpoint's), which leaves the window whole. `totals()`: the run's rates
+    in this process past its first settlement (the warm-up), or the first's if it is the only one."""
 
     FIELDS = ("loss_sum", "items", "examples", "data_seconds", "updates", "seconds")
 
@@ -85,8 +75,7 @@ class StepMeter:
         self.paused_at: float | None = None
 
     def add(self, loss_sum, items, examples: int, data_seconds: float) -> None:
-        """One update: this rank's loss summed over its items, the update's items over all ranks, this rank's
-        examples, and the seconds it waited for them."""
+        """One update: this rank's summed loss, all ranks' items, this rank's examples and seconds waiting for data."""
         self.loss_sum += loss_sum
         self.items += items
         self.examples += examples
@@ -108,8 +97,7 @@ class StepMeter:
         return self.paused_at if self.paused_at is not None else time.perf_counter()
 
     def settle(self) -> dict:
-        """The updates since the last settlement, over every rank: loss_sum, items, examples, data_seconds (summed
-        over ranks), updates and seconds (this rank's clock)."""
+        """The updates since the last settlement: sums over the ranks, but `updates` and `seconds` are this rank's."""
         from . import distributed
 
         now = self._now()
@@ -119,8 +107,7 @@ class StepMeter:
                    "data_seconds": data_seconds, "updates": self.updates, "seconds": now - self.settled_at}
         self.loss_sum, self.items, self.examples, self.data_seconds, self.updates = self.zero(), self.zero(), 0, 0.0, 0
         self.settled_at = now
-        for name in self.FIELDS:
-            self.window[name] += settled[name]
+        self.window = {name: self.window[name] + settled[name] for name in self.FIELDS}
         self.settlements.append(settled)
         return settled
 
