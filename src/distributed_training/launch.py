@@ -1,11 +1,9 @@
 """`train --engine E`: the jobs' entry point on a cluster, and with --local a complete run on this machine.
 
-In order: the options (numbers checked while parsing; conflicts, and a resume of another run, before Spark starts),
-the output folder (writable, and taken: a second run into it is refused at once), the Spark session (the driver's own
-after the preflight on a cluster; a local one with --local), the config resolved against it (GPUs, precision, table;
-the resume checked again), then the engine's training, or with --handoff-to-torchrun the staging and the plan for
-torchrun. The report says where everything went. Errors are one line that names the fix; nothing is half-written.
-"""
+In order: the options (conflicts, and a resume of another run, refused before Spark starts), the output folder (taken:
+a second run into it is refused at once), the Spark session (after the preflight on a cluster), the config resolved
+against it (GPUs, precision, table; the resume checked again), then the engine's training, or with
+--handoff-to-torchrun the staging and torchrun's plan. Errors are one line naming the fix; nothing is half-written."""
 
 from __future__ import annotations
 
@@ -35,15 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = configuration.from_args(sys.argv[1:] if argv is None else argv, available())
         configuration.check(config)
-        config = dataclasses.replace(config, output_dir=os.path.abspath(config.output_dir or
-                                                                        configuration.default_output_dir(config)),
+        output_dir = config.output_dir or configuration.default_output_dir(config)
+        config = dataclasses.replace(config, output_dir=os.path.abspath(output_dir),
                                      init_from=config.init_from and os.path.abspath(config.init_from))
     except (ConfigError, TaskError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    refusal = refusal_to_resume(config)  # first: a run that finished in the folder may be another run
-    if refusal:
+    if refusal := refusal_to_resume(config):  # first: a run that finished in the folder may be another run
         print(f"error: {refusal}", file=sys.stderr)
         return 1
     if announce_finished(config):
@@ -65,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def train_main() -> None:
-    """The wheel's `train` entry point, which a job's python_wheel_task calls. It exits rather than returns: the task
-    runner ignores a return value, and a failed run must fail the task."""
+    """The wheel's `train` entry point for a job's python_wheel_task: it exits, so that a failed run fails the task."""
     sys.exit(main())
 
 
@@ -79,8 +75,8 @@ def _run(config: Config) -> tuple[Config, TrainingRun | None]:
         if signal.getsignal(signal.SIGTERM) is _interrupt:
             signal.signal(signal.SIGINT, _interrupt)  # in place of the one a new SparkContext installs
         config = resolve(config, engine, spark)
-        refusal = refusal_to_resume(config)  # the processes, now that the GPUs are known: before anything is staged
-        if refusal:
+        # the processes, now that the GPUs are known: before anything is staged
+        if refusal := refusal_to_resume(config):
             raise ConfigError(refusal)
         if config.handoff_to_torchrun:
             from .engines.torchrun import hand_off
@@ -133,8 +129,7 @@ def _interruptible():
 
 
 def resolve(config: Config, engine, spark) -> Config:
-    """The options that depend on where the run is: the GPUs per node (what the driver sees), the precision, the
-    table (--local without --table: the task's sample, written under the output folder)."""
+    """What depends on where the run is: GPUs per node (the driver's), precision, table (--local: the task's sample)."""
     gpus = config.gpus_per_node
     if gpus is None:
         gpus = 0 if config.local or config.processes or config.engine == "spark_ml_connect" else _driver_gpus()
@@ -160,8 +155,7 @@ def _driver_gpus() -> int:
 
 
 def _bf16_supported() -> bool:
-    """Ampere and newer; the driver is a node of the same type as the workers. Emulated bf16 (a T4 or V100 runs it,
-    slowly) does not count: those get fp16."""
+    """Ampere and newer (the driver's node is the workers' type); emulated bf16 (T4, V100: slow) gets fp16."""
     import torch
 
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
@@ -177,9 +171,8 @@ def _local_session(engine, config: Config):
 
 
 def _cluster_session(config: Config):
-    """The driver's session, after the preflight: the cluster against what the job asks for. Off the cluster, with
-    Databricks Connect installed (it replaces pyspark), a remote session to the cluster the Databricks configuration
-    names (DATABRICKS_CLUSTER_ID, a profile, ...)."""
+    """The driver's session, after the preflight (the cluster against the job's needs). Off the cluster, with Databricks
+    Connect installed, a remote session to the cluster its configuration names (DATABRICKS_CLUSTER_ID, a profile)."""
     from .compute.preflight import PreflightError, TrainingRequest, ensure_ready
 
     spark = _remote_session() if "DATABRICKS_RUNTIME_VERSION" not in os.environ else None
@@ -209,13 +202,10 @@ def _remote_session():
 
 
 def _tracking_environment(config: Config) -> dict[str, str]:
-    """Host and token of the job's context, for worker processes that log to the workspace's MLflow.
-
-    Processes started by a distributor do not inherit the notebook context the driver's MLflow client uses; the
-    platform's documented remedy is to hand them DATABRICKS_HOST and DATABRICKS_TOKEN. Empty off Databricks, or
-    where the environment already has them. They travel as an argument, never in a file.
-    """
-    if config.local or not config.tracking or (os.environ.get("DATABRICKS_HOST") and os.environ.get("DATABRICKS_TOKEN")):
+    """Host and token of the job's context, for worker processes that log to the workspace's MLflow: they do not
+    inherit the driver's notebook context, and the platform's documented remedy is to hand them DATABRICKS_HOST and
+    DATABRICKS_TOKEN (as an argument, never in a file). Empty off Databricks, or where the environment has them."""
+    if config.local or not config.tracking or (os.getenv("DATABRICKS_HOST") and os.getenv("DATABRICKS_TOKEN")):
         return {}
     try:
         from databricks.sdk.runtime import dbutils

@@ -1,14 +1,11 @@
-"""Stage the training data with Spark: the task's rows, a seeded train/held-out split, the task's statistics, and
-parquet files for the ranks, in a folder every rank sees (a Unity Catalog volume on a cluster).
+"""Stage the training data with Spark (no torch): the task's rows, a seeded train/held-out split, the task's statistics,
+and parquet files for the ranks, in a folder every rank sees (a Unity Catalog volume on a cluster).
 
-Each split is one parquet file per process, of about the same size, so every rank reads its own file and nothing is
-collected onto the driver. A task that defines `tokenize` has its rows tokenized here, on the executors, once: the
-files hold token ids. No torch is needed here.
-
-Staged once: a retry or a repair finds its data staged from the same source (by its fingerprint: a Delta table's
-version, else its files' names and sizes), task options, seed and processes, and uses it. A changed source is staged
-again, unless the run has checkpoints to resume (trained on the old data): then it is refused, with the reason.
-"""
+Each split is one parquet file per process, of about the same size: every rank reads its own, nothing is collected
+onto the driver. A task that defines `tokenize` has its rows tokenized here, on the executors, once. A retry or a
+repair reuses data staged from the same source (a Delta table's version, else its files' names and sizes), task
+options, seed and processes. A changed source is staged again, unless the run has checkpoints to resume (trained on
+the old data): then it is refused, with the reason."""
 
 from __future__ import annotations
 
@@ -152,8 +149,7 @@ def check_windows(task, config: Config, train_rows: int, world_size: int) -> Non
 
 
 def tokenized(rows, tokenize, options):
-    """The rows as token streams, tokenized on the executors: rows of TOKENS_A_ROW ids (as bytes), in the rows'
-    order, in the same partitions."""
+    """The rows as token streams, made on the executors: rows of TOKENS_A_ROW ids (bytes), order and partitions kept."""
     def streams(batches):
         import pandas as pd
 

@@ -1,10 +1,8 @@
 """The engines: each trains on a Spark cluster its own way, behind one interface (`Engine`).
 
-One module per engine, named after it, holding `ENGINE`; a generated project carries the modules of the engines it
-chose, and `train --engine` offers those. The torch engines run the shared loop (`training.loop`) on every process:
-TorchDistributor (DDP), and the DeepSpeed distributor, which specialises it as pyspark's DeepspeedTorchDistributor
-specialises TorchDistributor. Ray Train runs the same loop on a Ray cluster; Spark ML trains a pipeline of its own.
-"""
+One module per engine, named after it, holding `ENGINE`; a generated project carries (and `train --engine` offers)
+the engines it chose. TorchDistributor (DDP), the DeepSpeed distributor (which specialises it as pyspark's
+DeepspeedTorchDistributor does) and Ray Train run the shared loop (`training.loop`); Spark ML fits its own pipeline."""
 
 from __future__ import annotations
 
@@ -52,8 +50,7 @@ class Engine:
                                    warehouse_dir=os.path.join(config.output_dir, WAREHOUSE_DIR))
 
     def train(self, spark, config: Config, environment: dict[str, str]) -> TrainingRun:
-        """Train as `config` says (resolved: its GPUs, precision and table are set). `environment`: what the
-        process that logs to MLflow needs to reach it."""
+        """Train as the resolved `config` says; `environment`: what the process logging to MLflow needs to reach it."""
         raise NotImplementedError
 
 

@@ -19,18 +19,12 @@ def local_spark_session(cores: int, warehouse_dir: str, master: str | None = Non
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local run talks only to itself
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this interpreter's packages
-    builder = (
-        SparkSession.builder.master(master or f"local[{cores}]")
-        .appName("distributed-training-local")
-        .config("spark.sql.shuffle.partitions", str(max(cores, 2)))
-        .config("spark.sql.warehouse.dir", warehouse_dir)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", LOCAL_JVM_OPTIONS)
-        .config("spark.executor.extraJavaOptions", LOCAL_JVM_OPTIONS)
-    )
-    settings = {**{f"spark.executorEnv.{name}": value for name, value in (executor_env or {}).items()}, **(conf or {})}
+    builder = SparkSession.builder.master(master or f"local[{cores}]").appName("distributed-training-local")
+    settings = {"spark.sql.shuffle.partitions": str(max(cores, 2)), "spark.sql.warehouse.dir": warehouse_dir,
+                "spark.sql.session.timeZone": "UTC", "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false", "spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS,
+                "spark.executor.extraJavaOptions": LOCAL_JVM_OPTIONS,
+                **{f"spark.executorEnv.{name}": value for name, value in (executor_env or {}).items()}, **(conf or {})}
     for name, value in settings.items():
         builder = builder.config(name, value)
     spark = builder.getOrCreate()

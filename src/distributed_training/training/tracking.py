@@ -1,14 +1,10 @@
 """MLflow tracking for a training run: rank 0 alone logs the params, the metrics (every --log-every-steps, and every
-epoch's, at the global step) and the model.
+epoch's, at the global step) and the model. Without MLflow the run says so once and trains on, untracked.
 
 Where to: with --local (and no MLFLOW_TRACKING_URI) a file store under the output folder; elsewhere the environment's
-tracking server (`databricks` on a cluster). A resumed run continues the MLflow run it started (its id is kept in the
-checkpoints), so one training is one MLflow run however often it restarts; where the platform opened a run for the
-task (MLFLOW_RUN_ID, as a serverless GPU task does for each attempt), the loop logs into that one. A job's run is
-tagged with the job run's id (`job_run_id`).
-
-MLflow is optional: without it the run says so once and trains on, untracked.
-"""
+tracking server (`databricks` on a cluster). A resumed run continues its MLflow run (the id is in the checkpoints),
+so one training is one MLflow run however often it restarts; where the platform opened a run for the task
+(MLFLOW_RUN_ID, a serverless GPU task's for each attempt), the loop logs into that one. Tagged with `job_run_id`."""
 
 from __future__ import annotations
 
@@ -23,10 +19,9 @@ WORKSPACE_PREFIX = "/Workspace/"
 def experiment_name(config: Config) -> str:
     """--mlflow-experiment, else one per project: a workspace path on a cluster, a plain name in a file store.
 
-    MLflow on Databricks names a workspace experiment by its path without the `/Workspace` prefix, which the bundle's
-    `${workspace.root_path}` carries; `set_experiment` with the prefix is reported to create the experiment on the
-    first call and to fail on every later one (mlflow/mlflow#11077, terraform-provider-databricks#4601). So the
-    prefix goes, here and nowhere else: every run of a job finds the experiment its first run created."""
+    MLflow on Databricks names a workspace experiment by its path without the `/Workspace` prefix that the bundle's
+    `${workspace.root_path}` carries; `set_experiment` with it is reported to create the experiment on the first call
+    and fail on every later one (mlflow/mlflow#11077, terraform-provider-databricks#4601), so the prefix goes here."""
     package = __package__.split(".")[0]
     name = config.mlflow_experiment or (package if config.local else f"/Shared/{package}")
     return "/" + name[len(WORKSPACE_PREFIX):] if name.startswith(WORKSPACE_PREFIX) else name
@@ -50,8 +45,7 @@ class Tracker:
     """What the loop calls; every method does nothing on ranks other than 0, or without MLflow."""
 
     def __init__(self, config: Config, is_main: bool, environment: dict[str, str], log=print):
-        self.config, self.log = config, log
-        self.mlflow = None
+        self.config, self.log, self.mlflow = config, log, None
         self.owns_tracking_uri = False  # whether start() set the tracking URI, which finish() undoes
         if config.tracking and is_main:
             os.environ.update(environment)  # before MLflow is imported: it may read them at import time
@@ -97,8 +91,7 @@ class Tracker:
         return run.info.run_id
 
     def log_step(self, step: int, figures: dict) -> None:
-        """Numbers at the run's global step (optimizer updates), MLflow's step axis; without waiting for the server
-        (a call to a workspace costs tens of milliseconds, every --log-every-steps)."""
+        """Numbers at the global step (MLflow's step axis), not waited for: a call to a workspace takes tens of ms."""
         if self.active:
             numbers = {name: float(value) for name, value in figures.items()
                        if name != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)}
@@ -117,8 +110,7 @@ class Tracker:
 
     def _flush(self) -> None:
         """What log_step left to the background, written: logging an artifact or a model reads the run back, and a
-        local file store fails on a metric file still being written ("Metric ... is malformed"), as a busy machine
-        showed."""
+        local file store fails on a metric file still being written ("Metric ... is malformed")."""
         self.mlflow.flush_async_logging()
 
     def log_model(self, model, example_input) -> None:
@@ -145,9 +137,8 @@ class Tracker:
 
 
 def model_requirements(model) -> list[str]:
-    """The distributions that loading the pickled model imports, pinned: torch and the pickler, and those that define
-    the model's modules (this tool, a project's package) where they are installed. MLflow would infer them by loading
-    the model again in a subprocess, seconds of every run spent while the other ranks wait."""
+    """The distributions that loading the pickled model imports, pinned: torch, the pickler, and the installed ones that
+    define the model's modules. MLflow would infer them by loading the model in a subprocess: seconds the ranks wait."""
     providers = importlib.metadata.packages_distributions()
     names = {"torch", "cloudpickle", "numpy"}
     names.update(*(providers.get(type(module).__module__.partition(".")[0], ()) for module in model.modules()))
