@@ -1,9 +1,9 @@
-"""The tool's command line: `python -m distributed_training {validate,advise,run,train}`.
+"""The tool's command line: `python -m distributed_training {validate,advise,run,train,score}`.
 
 `validate`, `advise` and `run` are this repository's tooling (a generated project gets them as a development
-dependency); `train` is the runtime's own entry point, the one every generated project carries. Each subcommand lives
-with the code it drives, imported lazily: `validate` works without torch or pyspark, `train` without the validation
-extras.
+dependency); `train` and `score` are the runtime's own entry points, the ones every generated project carries. Each
+subcommand lives with the code it drives, imported lazily: `validate` works without torch or pyspark, `train` without
+the validation extras.
 """
 
 from __future__ import annotations
@@ -18,13 +18,19 @@ TOOLS = {
     "advise": (".advise", "single node or several, which engine and node type, from model and data size"),
     "run": (".remote.run", "run a deployed job and follow it to the end"),
 }
-TRAIN_HELP = "train with one engine, on the cluster or locally (--local); `train --help` lists its options"
+# the runtime's own, whose parsers are their own: name -> (module, one-line help)
+RUNTIME = {
+    "train": (".launch", "train with one engine, on the cluster or locally (--local); `train --help` lists its "
+                         "options"),
+    "score": (".scoring", "score a table with a training run's model; `score --help` lists its options"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    subparsers.add_parser("train", help=TRAIN_HELP, add_help=False)
+    for name, (_, help_text) in RUNTIME.items():
+        subparsers.add_parser(name, help=help_text, add_help=False)
     for name, (module, help_text) in TOOLS.items():
         subparser = subparsers.add_parser(name, help=help_text, description=help_text)
         importlib.import_module(module, __package__).add_arguments(subparser)
@@ -33,10 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["train"]:  # the runtime's own parser: its options depend on the task (--task)
-        from .launch import main as train
-
-        return train(argv[1:])
+    if argv[:1] and argv[0] in RUNTIME:  # train's options depend on the task (--task)
+        return importlib.import_module(RUNTIME[argv[0]][0], __package__).main(argv[1:])
     args = build_parser().parse_args(argv)
     return importlib.import_module(TOOLS[args.command][0], __package__).run(args)
 

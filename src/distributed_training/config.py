@@ -342,6 +342,10 @@ def from_json(content: Any, source: str) -> Config:
         raise ValueError(f"{source} has unknown fields {', '.join(unknown)}: it was written by another version of "
                          "this package; run `train --handoff-to-torchrun` again with this one")
     task = load_task(content["task"])
-    options = {spec.name: tuple(value) if isinstance(spec.default, tuple) else value
-               for spec in fields(task.Options) for value in [content["task_options"].get(spec.name, spec.default)]}
-    return Config(**{**content, "task_options": task.Options(**options)})
+    return Config(**{**content, "task_options": task_options(task, content["task_options"])})
+
+
+def task_options(task, values: dict):
+    """The task's Options from their JSON (lists back to tuples; a field missing takes its default)."""
+    return task.Options(**{spec.name: tuple(value) if isinstance(spec.default, tuple) else value
+                           for spec in fields(task.Options) for value in [values.get(spec.name, spec.default)]})

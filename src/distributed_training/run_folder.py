@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 LOCK_FILE = ".train.lock"
 METRICS_FILE = "metrics.json"
+MODEL_FILE = "model.pt"  # the torch loop's final weights (a state dict), which `score` loads
 
 
 class FolderInUse(ValueError):

@@ -15,8 +15,7 @@ Torch side (every rank; the serverless stage task, which has no torch, never cal
     examples(rows, stats, options)        this rank's rows (a pyarrow Table) as a tuple of tensors, one example per
                                           row of dimension 0 (the loop shuffles and slices them into batches)
     build_model(stats, options)           the torch module to train
-    loss(model, batch)                    the mean training loss of a batch (a tuple like `examples` returns), the
-                                          mean over what `count` counts
+    loss(model, batch)                    a batch's (a tuple like `examples`) mean loss over what `count` counts
     evaluate(model, batch, stats)         sums over a held-out batch, added up over batches and ranks by the loop
     summarize(sums, stats)                the held-out metrics from those sums: at least held_out_loss and
                                           baseline_loss (the trivial predictor's loss on the same rows)
@@ -34,9 +33,13 @@ Optional, for a model of repeated blocks (the causal LM defines it; without it -
                                           token ids in the dtype to stage (uint16). Staging runs it on the executors,
                                           once; `examples` then gets the rank's token ids, memory-mapped, not rows
 
-The loop owns everything else: the optimizer, the learning-rate schedule, gradient clipping, precision, data
-parallelism, checkpoints and MLflow.
-"""
+Optional, for `score` (both built-in tasks define them):
+    SCORES                                the Spark DDL of the columns `score` adds, e.g. "predicted_fare double"
+    score(model, rows, stats, options)    (torch, in Spark's Python workers) a batch of prepared rows (pandas) as a
+                                          dict of those columns, one value per row; the model is on its device, in
+                                          eval mode, gradients off
+
+The loop owns the rest: optimizer, LR schedule, gradient clipping, precision, parallelism, checkpoints and MLflow."""
 
 from __future__ import annotations
 
@@ -64,8 +67,7 @@ def load_task(module_name: str) -> ModuleType:
                             f"{', '.join(REQUIRED)} (see task_interface.py)") from None
         raise TaskError(f"the task module {module_name} does not import: {failed_at(error, module_name)}: fix it "
                         f"(python -c 'import {module_name}' shows the whole traceback)") from None
-    missing = [name for name in REQUIRED if not hasattr(task, name)]
-    if missing:
+    if missing := [name for name in REQUIRED if not hasattr(task, name)]:
         raise TaskError(f"the task module {module_name} lacks {', '.join(missing)}: a task defines "
                         f"{', '.join(REQUIRED)} (see task_interface.py)")
     if not dataclasses.is_dataclass(task.Options):
@@ -97,8 +99,7 @@ def check_examples(examples, module_name: str) -> tuple:
 
 
 def check_metrics(metrics: dict, module_name: str) -> dict:
-    missing = [name for name in REQUIRED_METRICS if name not in metrics]
-    if missing:
+    if missing := [name for name in REQUIRED_METRICS if name not in metrics]:
         raise TaskError(f"{module_name}.summarize returned no {', '.join(missing)}: every task states its held-out "
                         "loss next to the trivial predictor's loss on the same rows")
     return metrics

@@ -74,6 +74,18 @@ def test_the_engines_benchmark_compares_an_engine_with_torchrun_of_the_same_work
 
 @pytest.mark.engine
 @pytest.mark.timeout(1800)
+def test_the_scoring_benchmark_compares_score_with_one_process_scoring_the_same_rows(tmp_path):
+    output = tmp_path / "results.json"
+    completed = run(["bash", "benchmarks/run.sh", "--quick", "--only", "scoring", "--output", str(output)],
+                    timeout=1500)  # 1 min quiet
+    assert completed.returncode == 0, output_of(completed)
+    (row,) = json.loads(output.read_text())["rows"]
+    assert row["unit"] == "rows/s" and row["work"]["rows"] == 2_000 and row["ratio"] > 0
+    assert len(row["runs"]) == len(row["baseline_runs"]) == 3 and f"{row['ratio']:.2f}" in completed.stdout
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(1800)
 def test_the_reports_benchmark_compares_each_report_interval_with_none_on_the_same_steps(tmp_path):
     output = tmp_path / "results.json"
     completed = run(["bash", "benchmarks/run.sh", "--quick", "--only", "reports", "--output", str(output)],

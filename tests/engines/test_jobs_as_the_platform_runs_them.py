@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from distributed_training.training.checkpoints import complete_steps
@@ -136,6 +137,27 @@ def test_a_retry_and_a_repair_resume_their_own_run_and_end_as_an_uninterrupted_o
     again = platform.repair(repaired, tasks=["train"])  # rerun a task that finished: nothing to train or change
     assert again.latest("train").state == SUCCESS and "has finished already" in again.latest("train").output
     assert metrics_of(platform, engine, repaired) == metrics
+
+
+def test_the_score_job_scores_the_table_with_a_training_runs_model_and_replaces_its_output(platform_of):
+    """The training job, then the score job given that run's id: every prepared row of the training table scored
+    with the run's model. A second run replaces the output; a run without a training run's id fails in one line."""
+    platform = platform_of(engine="all")
+    trained = platform.run_job("train_torch_distributor", EPOCHS)
+    assert_succeeded(trained)
+    output = "/Volumes/main/default/scores/fares"
+    for _ in range(2):
+        scored = platform.run_job("score", {"train_run_id": str(trained.run_id), "output_table": output})
+        assert_succeeded(scored)
+    staged = json.loads((run_folder(platform, "torch_distributor", trained) / "staging" / "manifest.json").read_text())
+    rows = pq.read_table(platform.local_path(output)).to_pandas()
+    assert len(rows) == staged["train_rows"] + staged["test_rows"] and rows["predicted_fare"].notna().all()
+    assert [path.name for path in platform.local_path(output).parent.iterdir()] == ["fares"]
+
+    unnamed = platform.run_job("score", {"output_table": output})
+    assert unnamed.latest("score").state == "FAILED", unnamed.report()
+    error = unnamed.latest("score").output.strip().splitlines()[-1]
+    assert error.startswith("error: --model ") and "holds no finished training run" in error, unnamed.report()
 
 
 @pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed"])

@@ -40,7 +40,7 @@ def runs_at_once(tmp_path_factory):
 
 
 @pytest.mark.engine
-def test_the_pyspark_ml_connect_pipeline_learns_the_fare_whatever_the_task(runs_at_once):
+def test_the_pyspark_ml_connect_pipeline_learns_the_fare_whatever_the_task(spark, runs_at_once):
     """A causal-LM project's Spark ML job trains the same tabular pipeline, on its own sample of trips."""
     tmp_path, completed = runs_at_once["connect"]
     assert "Spark ML over Spark Connect, connect API (pyspark.ml.connect), linear regression" in completed.stdout
@@ -55,6 +55,15 @@ def test_the_pyspark_ml_connect_pipeline_learns_the_fare_whatever_the_task(runs_
                           "pickup_hour": [12.0] * 3, "pickup_weekday": [3.0] * 3})
     fares = PipelineModel.loadFromLocal(str(tmp_path / "model")).transform(trips)["prediction"].tolist()
     assert 2.5 < fares[0] < fares[1] < fares[2] < 60, fares  # the saved pipeline prices trips without Spark
+    # `score` on the run's held-out rows, split again from the same table: the run's own held-out RMSE
+    from distributed_training import scoring
+
+    held_out = scoring.parse(["--model", str(tmp_path), "--task", LANGUAGE, "--rows", "held-out"])[0]
+    scored = scoring.scored(spark, held_out).select("fare_amount", "prediction").toPandas()
+    assert len(scored) == metrics["final"]["test_rows"]
+    rmse = float(((scored["prediction"] - scored["fare_amount"]) ** 2).mean() ** 0.5)
+    assert rmse == pytest.approx(metrics["final"]["test_rmse"], rel=1e-6)
+
     run_folders = [path.parent.parent for path in (tmp_path / "mlruns").rglob("metrics/test_rmse")]
     assert len(run_folders) == 1, "one MLflow run with the scores"
     assert (run_folders[0] / "artifacts" / "model" / "metadata.json").exists()

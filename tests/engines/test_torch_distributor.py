@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from distributed_training.engines import LaunchError
@@ -14,7 +16,8 @@ from distributed_training.task_interface import load_task
 from distributed_training.training.checkpoints import tag_of
 from distributed_training.training.strategy import checkpoint_weights
 
-from conftest import FARE, LANGUAGE, assert_it_learned, environment, metrics_of, output_of, train_command
+from conftest import (FARE, LANGUAGE, assert_it_learned, environment, metrics_of, output_of, score_command,
+                      train_command)
 
 pytestmark = pytest.mark.engine
 
@@ -28,6 +31,33 @@ def test_two_processes_learn(spark, staged_run, task, nodes):
     assert_it_learned(run.metrics, task)
     assert run.metrics["world_size"] == 2 and metrics_of(Path(config.output_dir)) == run.metrics
     assert ("local_mode=True" if nodes == 1 else "local_mode=False") in run.description
+    if task == LANGUAGE:
+        assert_scored_as_evaluated(spark, config, run.metrics["step"])
+
+
+def assert_scored_as_evaluated(spark, config, step: int) -> None:
+    """`score` on the language model's held-out rows: one row each, and each row's NLL per byte what the task's own
+    `evaluate` gives for that text alone as one block, with the final checkpoint's weights (so: model.pt holds the
+    trained weights, and a batch's padding changes no row's score)."""
+    import torch
+
+    from distributed_training import scoring
+    from distributed_training.training.data import StagedData
+
+    scored = scoring.scored(spark, scoring.parse(["--model", config.output_dir, "--task", LANGUAGE, "--rows",
+                                                  "held-out"])[0]).toPandas()
+    staged = StagedData.load(config.staging_dir)
+    assert len(scored) == staged.test_rows and scored["text"].str.len().nunique() > 1
+    task = load_task(LANGUAGE)
+    model = task.build_model(staged.stats, config.task_options).eval()
+    model.load_state_dict(checkpoint_weights(config.checkpoint_dir, tag_of(step)))
+    longest = scored.loc[scored["text"].str.len().idxmax()]
+    assert len(longest["text"]) > model.context  # scored on its first `context` bytes
+    for text, nll_per_byte in [*scored.sample(3, random_state=0)[["text", "nll_per_byte"]].values, longest.values]:
+        data = text.encode("utf-8")[:model.context]
+        with torch.no_grad():
+            sums = task.evaluate(model, (torch.tensor([[task.END_OF_TEXT, *data]]),), staged.stats)
+        assert nll_per_byte == pytest.approx(sums["nll"] / len(data), rel=1e-4), text
 
 
 def test_the_language_model_learns_under_fsdp2_and_its_sharded_checkpoint_reads_back_whole(spark, staged_run):
@@ -62,3 +92,16 @@ def test_train_local_runs_end_to_end_as_a_command(tmp_path):
     metrics = metrics_of(tmp_path)
     assert_it_learned(metrics, FARE)
     assert list((tmp_path / "tracking").glob(f"*/{metrics['mlflow_run_id']}/metrics/train_loss")), "not tracked there"
+
+    # `score` on the run's held-out rows, split again from the same table: the same rows and the same model give the
+    # run's own held-out RMSE. Twice into one output: replaced, never appended to.
+    scores = tmp_path / "scores"
+    for _ in range(2):
+        completed = score_command(tmp_path, "--rows", "held-out", "--output-table", str(scores))
+        assert completed.returncode == 0, output_of(completed)
+        assert f"Scored {metrics['final']['test_rows']:,} rows" in completed.stdout
+    scored = pq.read_table(scores).to_pandas()
+    assert len(scored) == metrics["final"]["test_rows"] and sorted(path.name for path in tmp_path.iterdir()
+                                                                    if path.name.startswith("scores")) == ["scores"]
+    rmse = float(np.sqrt(((scored["predicted_fare"] - scored["fare_amount"].astype(float)) ** 2).mean()))
+    assert rmse == pytest.approx(metrics["final"]["test_rmse"], rel=1e-4)

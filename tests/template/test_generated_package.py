@@ -92,7 +92,7 @@ def test_the_default_project_is_small_and_holds_nothing_used_only_while_generati
     assert [name for name in GENERATION_ONLY if (package / name).exists()] == []
     assert sorted(path.name for path in package.iterdir() if path.name != "__pycache__") == sorted([
         "__init__.py", "__main__.py", "task.py", "config.py", "files.py", "findings.py", "launch.py", "run_folder.py",
-        "staging.py", "task_interface.py", "compute", "engines", "training"])
+        "scoring.py", "staging.py", "task_interface.py", "compute", "engines", "training"])
 
 
 @pytest.mark.parametrize("answers", [{}, {"engine": "all"}, {"engine": "ray"}, {"task": "causal_lm"}],
@@ -110,6 +110,7 @@ def test_every_module_of_the_package_is_imported_by_another_or_is_an_entry_point
                     *(f"my_training.engines.{engine}" for engine in chosen)}
     assert entry_points <= modules
     assert "my_training.launch:train_main" in (project / "pyproject.toml").read_text()
+    assert "my_training.scoring:score_main" in (project / "pyproject.toml").read_text()
     imported = set().union(*(imported_modules(package, path, modules) for path in paths.values()))
     unused = sorted(modules - imported - entry_points - {"my_training"})
     assert unused == [], f"modules no module imports: {unused}"

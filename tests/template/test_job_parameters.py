@@ -51,8 +51,8 @@ def carried_engines(project) -> tuple[str, ...]:
 
 
 def wheel_tasks(project):
-    """(job key, job, task) of every python_wheel_task of the project's jobs."""
-    for path in sorted((project / "resources").glob("*.job.yml")):
+    """(job key, job, task) of every python_wheel_task of the project's training jobs."""
+    for path in sorted((project / "resources").glob("train_*.job.yml")):
         for key, job in yaml.safe_load(path.read_text())["resources"]["jobs"].items():
             for task in job["tasks"]:
                 if "python_wheel_task" in task:
@@ -126,3 +126,28 @@ def test_every_notebook_runs_its_jobs_arguments(rendered, answers):
         assert 'dbutils.widgets.text("table", deployed["--table"],' in source  # the deployed job's table
         assert 'experiment = deployed["--mlflow-experiment"]' in source  # as the job was deployed (test_notebooks)
     assert notebooks == {path.stem.removeprefix("train_") for path in (project / "notebooks").glob("*.py")}
+
+
+@pytest.mark.parametrize("answers", RENDERS[:2], ids=lambda answers: "-".join(map(str, answers.values())))
+def test_the_score_jobs_parameters_are_accepted_by_the_projects_score(rendered, answers):
+    """The run's folder from the job run's parameters (the training job run's id and its engine), the output table
+    from the bundle's catalog and schema; an empty table parameter means the run's own."""
+    from distributed_training import scoring
+
+    project = rendered(**answers)
+    [(key, job)] = yaml.safe_load((project / "resources" / "score.job.yml").read_text())["resources"]["jobs"].items()
+    [task] = job["tasks"]
+    assert (key, task["python_wheel_task"]["entry_point"]) == ("score", "score")
+    parameters = {item["name"]: item["default"] for item in job["parameters"]}
+    assert parameters == {"train_run_id": "", "engine": "torch_distributor", "table": "",
+                          "output_table": "${var.catalog}.${var.schema}.my_training_scores"}
+    filled = {f"{{{{job.parameters.{name}}}}}": deployed(value or name.upper(), "") for name, value in
+              {**parameters, "train_run_id": JOB_RUN}.items()}
+    argv = []
+    for argument in task["python_wheel_task"]["parameters"]:
+        for reference, value in filled.items():
+            argument = argument.replace(reference, value)
+        argv.append(deployed(argument, ""))
+    arguments = scoring.parser().parse_args(argv)
+    assert arguments.model == f"{VOLUME}/torch_distributor/{JOB_RUN}"
+    assert (arguments.table, arguments.output_table) == ("TABLE", "main.default.my_training_scores")

@@ -52,10 +52,10 @@ def option(parameters, name):
 def assert_rendered_for(project, engines, task):
     """Job files and notebooks for exactly the chosen engines, the chosen task carried, no Jinja left anywhere."""
     assert sorted(path.name for path in (project / "resources").glob("*.job.yml")) == sorted(
-        f"train_{engine}.job.yml" for engine in engines)
+        ["score.job.yml", *(f"train_{engine}.job.yml" for engine in engines)])
     assert sorted(path.name for path in (project / "notebooks").glob("*.py")) == sorted(
         f"train_{engine}.py" for engine in engines)
-    assert sorted(jobs_of(project)) == sorted(f"train_{engine}" for engine in engines)
+    assert sorted(jobs_of(project)) == sorted(["score", *(f"train_{engine}" for engine in engines)])
     package = project / "src" / "my_training"
     assert sorted(path.stem for path in (package / "engines").glob("*.py")
                   if path.stem in ENGINES) == sorted(engines)
@@ -89,6 +89,10 @@ def test_every_combination_renders_and_validates(rendered, bundle_schema, cloud,
         else:
             assert cluster["is_single_node"] is True and "num_workers" not in cluster, key
         parameters = job["tasks"][0]["python_wheel_task"]["parameters"]
+        if key == "score":  # the cluster of the first chosen engine that trains a torch model, else Spark ML's
+            trainer = next((name for name in engines if name != SPARK_ML_CONNECT), SPARK_ML_CONNECT)
+            assert cluster == cluster_of(jobs_of(project)[f"train_{trainer}"])
+            continue
         if key != f"train_{SPARK_ML_CONNECT}":
             assert cluster["use_ml_runtime"] is True and cluster["data_security_mode"] == DEDICATED, key
             assert option(parameters, "--num-nodes") == str(max(num_workers, 1))
@@ -104,7 +108,9 @@ def test_the_language_model_task_renders_and_validates_for_every_engine(rendered
     for key, job in jobs_of(project).items():
         parameters = job["tasks"][0]["python_wheel_task"]["parameters"]
         assert "--model-size" not in parameters  # no option of the task: the jobs train task.py's defaults
-        if key == f"train_{SPARK_ML_CONNECT}":  # Spark ML trains its own pipeline on its own table, not the task
+        if key == "score":  # the table the run trained on, unless the job run's parameter names another
+            assert option(parameters, "--table") == "{{job.parameters.table}}"
+        elif key == f"train_{SPARK_ML_CONNECT}":  # Spark ML trains its own pipeline on its own table, not the task
             assert option(parameters, "--table") == "${var.spark_ml_table}"
         else:
             assert option(parameters, "--table") == "${var.training_table}"
@@ -113,7 +119,8 @@ def test_the_language_model_task_renders_and_validates_for_every_engine(rendered
 def test_default_answers_give_one_multi_gpu_node_with_one_process_per_gpu(rendered):
     project = rendered()
     jobs = jobs_of(project)
-    assert list(jobs) == ["train_torch_distributor"]
+    assert sorted(jobs) == ["score", "train_torch_distributor"]
+    assert cluster_of(jobs["score"]) == cluster_of(jobs["train_torch_distributor"])  # it scores on the GPUs too
     job = jobs["train_torch_distributor"]
     assert cluster_of(job) == {
         "kind": "CLASSIC_PREVIEW", "spark_version": "17.3.x-scala2.13", "node_type_id": "Standard_NC64as_T4_v3",
@@ -136,7 +143,7 @@ def test_multi_node_gpu_clusters_schedule_one_process_per_gpu_and_spark_ml_gets_
     amounts = {key: cluster_of(job).get("spark_conf", {}).get("spark.task.resource.gpu.amount")
                for key, job in jobs.items()}
     assert amounts == {"train_torch_distributor": "1", "train_deepspeed": "1", "train_ray": "0",
-                       "train_spark_ml_connect": None}
+                       "train_spark_ml_connect": None, "score": "1"}  # score: a GPU to each of its Spark tasks
     spark_ml = cluster_of(jobs["train_spark_ml_connect"])
     assert (spark_ml["node_type_id"], spark_ml["data_security_mode"], spark_ml["num_workers"]) == (
         "m5d.2xlarge", STANDARD, 2)

@@ -43,7 +43,9 @@ def test_root_jobs_run_this_repositorys_train():
     assert callable(getattr(importlib.import_module(module), function))
     load_task(configuration.DEFAULT_TASK)
     engines = []
-    for path in sorted((ROOT / "resources").glob("*.job.yml")):
+    module, _, function = scripts["score"].partition(":")
+    assert callable(getattr(importlib.import_module(module), function))
+    for path in sorted((ROOT / "resources").glob("train_*.job.yml")):
         for key, job in yaml.safe_load(path.read_text())["resources"]["jobs"].items():
             [task] = job["tasks"]
             wheel_task = task["python_wheel_task"]

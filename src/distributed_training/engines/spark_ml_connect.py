@@ -16,6 +16,7 @@ fitted pipeline is saved to OUTPUT_DIR/model and, with MLflow, logged with the r
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -101,6 +102,7 @@ class SparkMLEngine(Engine):
             else:
                 fitted.write().overwrite().save(model_dir)  # saved by the server (a volume path on a cluster)
             metrics = {"engine": config.engine, "api": api, "model": model_name, "train_rows": int(summary["rows"]),
+                       "table": config.table, "seed": config.seed,
                        "held_out_loss": scores["held_out_loss"], "baseline_loss": scores["baseline_loss"],
                        "final": scores, "seconds": round(time.perf_counter() - started, 2), "model_dir": model_dir,
                        "metrics_file": os.path.join(config.output_dir, METRICS_FILE), "mlflow_run_id": run_id}
@@ -135,6 +137,23 @@ def features(trips):
     return trips.where((F.col(LABEL) > 0) & (F.col(LABEL) <= 250) & (F.col("trip_distance") > 0)
                        & (F.col("trip_distance") <= 100) & (F.col("duration_minutes") > 0)
                        & (F.col("duration_minutes") <= 180))
+
+
+def scored_by_pipeline(table, scoring):
+    """`score` with a run's fitted pipeline: every sensible trip with its predicted fare (`prediction`)."""
+    with open(os.path.join(scoring.run_dir, METRICS_FILE)) as file:
+        api = json.load(file)["api"]
+    if api == "connect":
+        from pyspark.ml.connect.pipeline import PipelineModel
+
+        fitted = PipelineModel.loadFromLocal(os.path.join(scoring.run_dir, MODEL_DIR))
+    else:
+        from pyspark.ml import PipelineModel
+
+        fitted = PipelineModel.load(os.path.join(scoring.run_dir, MODEL_DIR))
+    rows = features(table)
+    rows = split(rows, scoring.seed)[1] if scoring.held_out else rows
+    return fitted.transform(rows).drop(RAW_FEATURES, SCALED)
 
 
 def pipeline(api: str, model: str, seed: int):

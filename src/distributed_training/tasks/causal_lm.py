@@ -278,6 +278,23 @@ def summarize(sums: dict, stats: dict) -> dict:
             "test_tokens": int(sums["tokens"])}
 
 
+SCORES = "nll_per_byte double"
+
+
+def score(model, rows, stats: dict, options: Options) -> dict:
+    """Each prepared row's mean negative log-likelihood per byte (nats) of its first `context` bytes, read as a
+    document starts (after an end-of-text token); lower is likelier."""
+    texts = [text.encode("utf-8")[:model.context] for text in rows["text"]]
+    lengths = torch.tensor([len(text) for text in texts])
+    tokens = torch.full((len(texts), int(lengths.max()) + 1), END_OF_TEXT)
+    for row, text in enumerate(texts):
+        tokens[row, 1:len(text) + 1] = torch.tensor(list(text))
+    tokens = tokens.to(next(model.parameters()).device)
+    nll = F.cross_entropy(model(tokens[:, :-1]).float().transpose(1, 2), tokens[:, 1:], reduction="none").cpu()
+    counted = torch.arange(nll.shape[1]) < lengths[:, None]
+    return {"nll_per_byte": ((nll * counted).sum(1) / lengths).double().numpy()}
+
+
 def exported_model(model, stats: dict, batch) -> tuple:
     """What MLflow logs: token ids in, next-token logits out; two held-out sequences of 16 tokens as its input
     example (end-of-text tokens where this rank has none)."""

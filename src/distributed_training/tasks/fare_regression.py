@@ -1,12 +1,10 @@
 """The task: predict a taxi trip's fare from what is known about the trip (regression on a table).
 
-Everything this project trains is defined here; the loop, the launchers, checkpoints and MLflow know it only
-through the names below (see task_interface.py). To train your own model, change this file.
-
-The default table, `samples.nyctaxi.trips`, exists in every Databricks workspace. Rows that make no sense (no fare,
-no distance, a drop-off before the pick-up) and outliers are dropped before anything else sees them. The model is a
-small multilayer perceptron on normalised features; its quality is stated against predicting the training mean.
-"""
+Everything this project trains is defined here; the loop, the launchers, checkpoints and MLflow know it only through
+the names below (see task_interface.py): to train your own model, change this file. The default table,
+`samples.nyctaxi.trips`, is in every Databricks workspace; rows that make no sense (no fare, no distance, a drop-off
+before the pick-up) and outliers are dropped first. The model, a small multilayer perceptron on normalised features,
+is scored against predicting the training mean."""
 
 from __future__ import annotations
 
@@ -25,14 +23,9 @@ DEFAULT_TABLE = "samples.nyctaxi.trips"
 # The columns of samples.nyctaxi.trips, as Spark DDL; the sample table has exactly this schema.
 TRIPS_SCHEMA = ("tpep_pickup_datetime timestamp, tpep_dropoff_datetime timestamp, trip_distance double, "
                 "fare_amount double, pickup_zip int, dropoff_zip int")
-FEATURES = (
-    "trip_distance",
-    "duration_minutes",
-    "pickup_hour_sin",  # the hour of day on a circle, so 23:00 sits next to 00:00
-    "pickup_hour_cos",
-    "pickup_weekday_sin",  # the day of week on a circle, so Sunday sits next to Monday
-    "pickup_weekday_cos",
-)
+FEATURES = ("trip_distance", "duration_minutes",
+            "pickup_hour_sin", "pickup_hour_cos",  # the hour of day on a circle, so 23:00 sits next to 00:00
+            "pickup_weekday_sin", "pickup_weekday_cos")  # the day of week on a circle, so Sunday sits next to Monday
 LABEL = "fare_amount"
 # Plausible ranges; anything outside is a recording error or a trip unlike the rest.
 MAX_FARE, MAX_DISTANCE_MILES, MAX_DURATION_MINUTES, MAX_SPEED_MPH = 250.0, 100.0, 180.0, 80.0
@@ -70,9 +63,8 @@ def sample_table(spark, seed: int, rows: int = 4000):
     zips = (10001, 10002, 10003, 10011, 10012, 10013, 10014, 10016, 10019, 10022, 10023, 10024, 10028, 10036)
     trips = pd.DataFrame({
         "tpep_pickup_datetime": pd.to_datetime(pickup), "tpep_dropoff_datetime": pd.to_datetime(dropoff),
-        "trip_distance": distance, "fare_amount": fare,
-        "pickup_zip": rng.choice(zips, rows).astype("int32"), "dropoff_zip": rng.choice(zips, rows).astype("int32"),
-    })
+        "trip_distance": distance, "fare_amount": fare, "pickup_zip": rng.choice(zips, rows).astype("int32"),
+        "dropoff_zip": rng.choice(zips, rows).astype("int32")})
     return spark.createDataFrame(trips, schema=TRIPS_SCHEMA)
 
 
@@ -99,12 +91,10 @@ def prepare(table, options: Options):
                     & (F.col("trip_distance") > 0) & (F.col("trip_distance") <= MAX_DISTANCE_MILES)
                     & (F.col("duration_minutes") > 0) & (F.col("duration_minutes") <= MAX_DURATION_MINUTES)
                     & (F.col("trip_distance") / (F.col("duration_minutes") / 60.0) <= MAX_SPEED_MPH)))
-    columns = {
-        "trip_distance": F.col("trip_distance"), "duration_minutes": F.col("duration_minutes"),
-        "pickup_hour_sin": F.sin(hour_angle), "pickup_hour_cos": F.cos(hour_angle),
-        "pickup_weekday_sin": F.sin(weekday_angle), "pickup_weekday_cos": F.cos(weekday_angle),
-        LABEL: F.col(LABEL),
-    }
+    columns = {"trip_distance": F.col("trip_distance"), "duration_minutes": F.col("duration_minutes"),
+               "pickup_hour_sin": F.sin(hour_angle), "pickup_hour_cos": F.cos(hour_angle),
+               "pickup_weekday_sin": F.sin(weekday_angle), "pickup_weekday_cos": F.cos(weekday_angle),
+               LABEL: F.col(LABEL)}
     return trips.select(*[columns[name].cast("float").alias(name) for name in (*FEATURES, LABEL)])
 
 
@@ -179,6 +169,16 @@ class FarePredictor(nn.Module):
 
     def forward(self, features):
         return self.regressor((features.float() - self.means) / self.stds) * self.fare_std + self.fare_mean
+
+
+SCORES = "predicted_fare double"
+
+
+def score(model, rows, stats: dict, options: Options) -> dict:
+    """Each prepared trip's fare as the model predicts it, in dollars."""
+    features = torch.from_numpy(rows[list(FEATURES)].to_numpy("float32"))
+    predictor = FarePredictor(model, stats).to(next(model.parameters()).device)
+    return {"predicted_fare": predictor(features.to(predictor.means.device)).double().cpu().numpy()}
 
 
 def exported_model(model, stats: dict, batch) -> tuple:

@@ -1,12 +1,9 @@
 """The training loop, the same on every rank under every launcher (TorchDistributor, DeepSpeed, Ray Train, torchrun).
 
-It knows nothing of Spark and nothing of the task beyond its seam (task_interface.py); whether DDP, FSDP2 or
-DeepSpeed makes the updates is the strategy's business. It counts optimizer steps (updates): the run's length,
-logging, evaluation and checkpoints are in steps (epochs still work).
-
-`train(config)` is what the launchers run: a module-level function of one picklable argument. Every rank returns the
-same metrics (they are all-reduced), because TorchDistributor keeps the return value of whichever rank ends last.
-"""
+It knows nothing of Spark, and of the task only its seam (task_interface.py); DDP, FSDP2 or DeepSpeed (the strategy)
+makes the updates. The run's length, logging, evaluation and checkpoints count optimizer steps (updates). `train` is a
+module-level function of one picklable argument, which the launchers run; every rank returns the same (all-reduced)
+metrics, because TorchDistributor keeps the return value of whichever rank ends last."""
 
 from __future__ import annotations
 
@@ -18,7 +15,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..config import Config, placement
-from ..files import write_json
+from ..files import write_atomically, write_json
+from ..run_folder import METRICS_FILE, MODEL_FILE
 from ..task_interface import check_examples, check_metrics, load_task
 from . import distributed, strategy as strategies
 from .checkpoints import Checkpoints, complete_steps, named_checkpoint, options_identity
@@ -27,7 +25,6 @@ from .deepspeed_config import deepspeed_config, offload_of
 from .throughput import StepMeter
 from .tracking import Tracker
 
-METRICS_FILE = "metrics.json"
 EVALUATION_BATCH = 256
 NON_FINITE_FIX = "Lower --learning-rate, keep --grad-clip on, or train in fp32 (--precision fp32)"
 
@@ -167,8 +164,7 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
         if not history:  # a resumed run whose budget was already spent: its last checkpoint's record stands
             raise ValueError(f"--max-steps {config.max_steps} is below the {step} steps the run in "
                              f"{config.output_dir} took already: give a larger --max-steps, or a new --output-dir")
-        metrics = {
-            "task": config.task, "engine": config.engine, "world_size": process.world_size,
+        metrics = {"task": config.task, "engine": config.engine, "world_size": process.world_size,
             "device": process.device.type, "precision": config.precision,
             "train_examples": per_rank * process.world_size, "held_out_loss": history[-1]["held_out_loss"],
             "baseline_loss": history[-1]["baseline_loss"], "final": history[-1], "epochs": history, "step": step,
@@ -177,10 +173,10 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
             **meter.totals(),  # examples_per_second, tokens_per_second, mfu
             "seconds": round(distributed.max_over_ranks(process, time.perf_counter() - started), 2),
             "staged_data": data.directory, "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
-            "mlflow_run_id": run_id, "job_run_id": config.job_run_id, "init_from": config.init_from,
-        }
+            "mlflow_run_id": run_id, "job_run_id": config.job_run_id, "init_from": config.init_from}
         weights = strategy.full_state_dict()  # a collective under ZeRO 3: every rank takes part
-        if process.is_main:
+        if process.is_main:  # the model before the metrics: a run with metrics.json is finished, its model there
+            write_atomically(os.path.join(config.output_dir, MODEL_FILE), lambda file: torch.save(weights, file))
             write_json(metrics["metrics_file"], metrics)
             tracker.log_file(metrics["metrics_file"])
             trained = task.build_model(data.stats, options)
@@ -220,13 +216,11 @@ class Plan:
 
 
 def update(task, strategy, window: list[tuple], process: distributed.Process):
-    """One optimizer update from the micro-batches of a window (on the device): (this rank's loss summed over its
-    items, the window's items over every rank, the gradients' norm).
-
-    The gradients are those of the mean loss over every item of the window on every rank, whatever the micro-batches'
-    sizes: each micro-batch's mean loss is weighed by its share of the items (the task's `count`: tokens for the LM;
-    examples by default, so a short last batch weighs less), times the number of ranks, which DDP and DeepSpeed
-    average over. The ranks reduce their gradients once, in the window's last micro-batch."""
+    """One optimizer update from a window's micro-batches (on the device): (this rank's loss summed over its items, the
+    window's items over every rank, the gradients' norm). The gradients are those of the mean loss over every item of
+    the window on every rank, whatever the micro-batches' sizes: each micro-batch's mean loss is weighed by its share of
+    the items (the task's `count`, tokens for the LM; else examples, so a short last batch weighs less), times the
+    number of ranks, which DDP and DeepSpeed average over. The ranks reduce gradients once, in the last micro-batch."""
     counts = _counts(task, window, process.device)
     total = counts.sum()
     if hasattr(task, "count"):
@@ -334,9 +328,7 @@ class ShuffledBatches:
     """Batches of examples (a tuple of tensors sliced together) in a new seeded order every epoch.
 
     The order depends on the seed and the epoch alone (`set_epoch`), so a resumed run sees the batches an uninterrupted
-    one would have, from mid-epoch too (`windows`). Each batch is one gather per tensor: a DataLoader over a
-    TensorDataset reads and collates example by example, several times slower than the steps it feeds.
-    """
+    one would have, mid-epoch too (`windows`). A batch is one gather per tensor (a DataLoader collates one by one)."""
 
     def __init__(self, examples: tuple, batch_size: int, seed: int):
         self.examples, self.batch_size, self.seed = examples, batch_size, seed

@@ -7,8 +7,8 @@ from pathlib import Path
 SHARED_PACKAGE = Path({{ shared_source | tojson }}) / "distributed_training"
 PACKAGE = Path("src") / "{{ cookiecutter.package_name }}"
 # What runs on the cluster; the rest of the tool's package (validate, advise, run, the answers) stays with the tool.
-RUNTIME = ("config.py", "files.py", "findings.py", "launch.py", "run_folder.py", "staging.py", "task_interface.py",
-           "compute", "engines", "training")
+RUNTIME = ("config.py", "files.py", "findings.py", "launch.py", "run_folder.py", "scoring.py", "staging.py",
+           "task_interface.py", "compute", "engines", "training")
 CHOSEN = {{ chosen_engines(cookiecutter) | tojson }}
 ENGINE_FILES = {
     "torch_distributor": ["resources/train_torch_distributor.job.yml", "notebooks/train_torch_distributor.py"],
@@ -33,6 +33,7 @@ if not {"torch_distributor", "deepspeed"} & set(CHOSEN):
     Path(f"{PACKAGE}/engines/distributor.py").unlink()  # the launcher both distributor engines run
 {%- if is_serverless(cookiecutter) %}
 shutil.rmtree("notebooks")  # a notebook cannot run what a serverless GPU job runs: an ai_runtime_task's nodes
+Path("resources/score.job.yml").unlink()  # scoring runs in a classic cluster's Spark executors, which this has not
 {%- else %}
 Path("src/command.sh").unlink()  # the serverless GPU task's script
 {%- endif %}

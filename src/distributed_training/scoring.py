@@ -1,0 +1,210 @@
+"""`score --model RUN_DIR`: a training run's model applied to every row of a table on the executors, written as a table.
+
+The run's folder holds what scoring needs: metrics.json (the engine and task), model.pt (the torch loop's final
+weights) and the staged data's manifest (the task's options, the training split's statistics, the seed); a Spark ML
+run, its fitted pipeline. The rows are the task's `prepare` of the table (the training rows' columns, nonsense rows
+dropped), all of them or (`--rows held-out`) the run's own held-out split. Spark splits them across its Python
+workers, each of which loads the model once (`mapInPandas`), onto its task's GPU where there is one, in bf16 where
+the GPU has it. The task's `score` turns a batch of rows into its outputs. The output is replaced whole: a table
+by Spark's overwrite (one Delta commit on Databricks), a parquet folder by a rename, so a rerun never appends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+
+from .config import DEFAULT_TASK, PACKAGE, SPARK_ML_ENGINE, task_options, whole
+from .run_folder import METRICS_FILE, MODEL_FILE
+from .staging import TableError, cause, looks_like_path, read_table, spark_errors, split
+from .task_interface import TaskError, load_task
+from .training.data import StagedData
+
+_models: dict = {}  # in each Python worker: the model it loaded, by the run's folder
+
+
+class ScoringError(ValueError):
+    """The run cannot be scored as asked: the message names the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Scoring:
+    run_dir: str
+    engine: str
+    task: str  # the task module (Spark ML: its engine)
+    options: object  # the task's Options
+    stats: dict | None
+    seed: int
+    table: str
+    output: str
+    held_out: bool
+    batch_size: int
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {PACKAGE} score", description="Score a table with the model a "
+                                     "training run produced, on Spark's workers, or locally (--local).")
+    parser.add_argument("--model", required=True, metavar="RUN_DIR", help="the training run's output folder")
+    parser.add_argument("--table", help="catalog.schema.table or a parquet path (default: the run's own)")
+    parser.add_argument("--output-table", metavar="TABLE", help="a table name or a parquet path, replaced whole "
+                                                                "(default RUN_DIR/scores)")
+    parser.add_argument("--rows", choices=("all", "held-out"), default="all", help="held-out: the rows the run held "
+                                                                                   "out, split again by its seed")
+    parser.add_argument("--batch-size", type=whole(1, 1 << 20), default=512, help="rows a model call (default 512)")
+    parser.add_argument("--task", default=DEFAULT_TASK, help="the task the run must have trained")
+    parser.add_argument("--local", action="store_true", help="score on local Spark, on this machine's CPU")
+    return parser
+
+
+def parse(argv: list[str]) -> tuple[Scoring, bool]:
+    """The request and --local, from the command line and what the run's folder says, before Spark starts."""
+    args = parser().parse_args(argv)
+    run_dir = os.path.abspath(args.model)
+    try:
+        with open(os.path.join(run_dir, METRICS_FILE)) as file:
+            metrics = json.load(file)
+    except (OSError, ValueError) as error:
+        raise ScoringError(f"--model {args.model} holds no finished training run ({METRICS_FILE}: "
+                           f"{getattr(error, 'strerror', None) or error}): give the output folder of a run that "
+                           "finished") from None
+    common = dict(run_dir=run_dir, engine=metrics.get("engine"), output=args.output_table or
+                  os.path.join(run_dir, "scores"), held_out=args.rows == "held-out", batch_size=args.batch_size)
+    if metrics.get("engine") == SPARK_ML_ENGINE:  # its own pipeline, whatever the project's task
+        return Scoring(**common, task=SPARK_ML_ENGINE, options=None, stats=None, seed=metrics["seed"],
+                       table=args.table or metrics["table"]), args.local
+    staged = StagedData.load(os.path.join(run_dir, "staging"))
+    if staged.task != args.task:
+        raise ScoringError(f"the run in {run_dir} trained the task {staged.task}, not {args.task}: score with that "
+                           f"task's project (or --task {staged.task})")
+    if not os.path.exists(os.path.join(run_dir, MODEL_FILE)):
+        raise ScoringError(f"{run_dir} has no {MODEL_FILE}: an older version of the project trained it; train a new "
+                           "run (another --output-dir) to score with")
+    task = load_task(staged.task)
+    missing = [name for name in ("SCORES", "score") if not hasattr(task, name)]
+    if missing:
+        raise TaskError(f"the task module {staged.task} lacks {', '.join(missing)}, which scoring needs (see "
+                        "task_interface.py)")
+    return Scoring(**common, task=staged.task, options=task_options(task, staged.recipe["task_options"]),
+                   stats=staged.stats, seed=staged.recipe["seed"], table=args.table or staged.source), args.local
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m <package> score ...`; the exit code: 0 scored, 1 failed, 2 bad options."""
+    try:
+        scoring, local = parse(sys.argv[1:] if argv is None else argv)
+    except (ScoringError, TaskError, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    try:
+        spark = _session(scoring, local)
+    except Exception as error:  # pyspark reports a missing Java or a port it cannot bind in many shapes
+        print(f"error: could not start Spark ({str(error).splitlines()[0]}): --local needs Java 17 or newer",
+              file=sys.stderr)
+        return 1
+    try:
+        rows = write(scored(spark, scoring), scoring.output)
+    except (ScoringError, TableError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except spark_errors() as error:
+        print(f"error: scoring {scoring.table!r} failed: {cause(error)}", file=sys.stderr)
+        return 1
+    finally:
+        if local:
+            spark.stop()
+    seconds = time.perf_counter() - started
+    print(f"Scored {rows:,} rows of {scoring.table} with the model of {scoring.run_dir} into {scoring.output} "
+          f"in {seconds:.1f} s ({rows / seconds:,.0f} rows/s)")
+    return 0
+
+
+def score_main() -> None:
+    sys.exit(main())
+
+
+def _session(scoring: Scoring, local: bool):
+    if local:
+        from .engines.local_spark import local_spark_session
+
+        return local_spark_session(2, os.path.join(scoring.run_dir, "spark-warehouse"))
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.getOrCreate()
+
+
+def scored(spark, scoring: Scoring):
+    """The rows with the task's outputs beside them (lazy)."""
+    table = read_table(spark, scoring.table, scoring.table)
+    if scoring.engine == SPARK_ML_ENGINE:
+        from .engines.spark_ml_connect import scored_by_pipeline
+
+        return scored_by_pipeline(table, scoring)
+    task = load_task(scoring.task)
+    try:
+        rows = task.prepare(table, scoring.options)
+    except ValueError as error:
+        raise TableError(f"{scoring.table!r}: {error}") from None
+    if scoring.held_out:
+        rows = split(rows, scoring.seed)[1]
+    arguments = (scoring.run_dir, scoring.task, scoring.options, scoring.stats, scoring.batch_size)
+    return rows.mapInPandas(lambda batches: score_batches(batches, *arguments),
+                            f"{', '.join(f'`{name}` {kind}' for name, kind in rows.dtypes)}, {task.SCORES}")
+
+
+def score_batches(batches, run_dir: str, task_module: str, options, stats: dict, batch_size: int):
+    """In a Python worker: each batch of rows with its outputs, the model loaded once per worker."""
+    import pandas as pd
+    import torch
+
+    task = load_task(task_module)
+    model, device = _models[run_dir] if run_dir in _models else _models.setdefault(run_dir, _load(task, run_dir,
+                                                                                                   options, stats))
+    low_precision = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+    for batch in batches:
+        for start in range(0, len(batch), batch_size):
+            rows = batch.iloc[start:start + batch_size].reset_index(drop=True)
+            with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=low_precision):
+                outputs = task.score(model, rows, stats, options)
+            yield pd.concat([rows, pd.DataFrame(outputs)], axis=1)
+
+
+def _load(task, run_dir: str, options, stats: dict):
+    """The trained model on this worker's device: the GPU Spark gave its task (a cluster with GPU scheduling), else
+    one by its partition (a single node's workers share its GPUs), else the CPU."""
+    import torch
+    from pyspark import TaskContext
+
+    device, context = torch.device("cpu"), TaskContext.get()
+    if torch.cuda.is_available():
+        gpus = context.resources().get("gpu") if context else None
+        index = int(gpus.addresses[0]) if gpus and gpus.addresses else (context.partitionId() if context else 0)
+        device = torch.device("cuda", index % torch.cuda.device_count())
+    model = task.build_model(stats, options)
+    model.load_state_dict(torch.load(os.path.join(run_dir, MODEL_FILE), map_location="cpu", weights_only=True))
+    return model.to(device).eval(), device
+
+
+def write(rows, output: str) -> int:
+    """The scores written, replacing what `output` held; the number of rows (from what was written)."""
+    spark = rows.sparkSession
+    if not looks_like_path(output):
+        rows.write.mode("overwrite").option("overwriteSchema", "true").saveAsTable(output)
+        return spark.table(output).count()
+    output = output.rstrip("/")
+    partial, replaced = (f"{output}.{kind}-{uuid.uuid4().hex[:8]}" for kind in ("partial", "replaced"))
+    try:
+        rows.write.parquet(partial)
+        if os.path.exists(output):
+            os.rename(output, replaced)
+        os.rename(partial, output)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(replaced, ignore_errors=True)  # only once the new output is in place
+    return spark.read.parquet(output).count()

@@ -1,0 +1,78 @@
+"""`score` with what cannot be scored: a folder without a finished run, a run of another task, a run without its
+model, a task without the scoring functions (exit 2, before Spark starts), and a table without the task's columns
+(exit 1, before any Spark job). Each case: one error line that names the problem and the fix, and no output
+written. The run folders are made by hand, as a finished run leaves them (no training needed to refuse them). The
+matrix is counted so it cannot shrink quietly."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from distributed_training import scoring
+from distributed_training.task_interface import load_task
+from distributed_training.training.data import StagedData
+
+from support.runs import FARE, LANGUAGE
+
+NO_SCORE_TASK = "task_without_score"
+
+
+def finished_run(folder: Path, task: str = FARE, model: bool = True) -> Path:
+    """What a finished torch run leaves that `score` reads: metrics.json, the staged manifest, model.pt."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.json").write_text(json.dumps({"engine": "torch_distributor", "task": task}))
+    module = load_task(FARE if task == NO_SCORE_TASK else task)
+    options = module.Options()
+    StagedData(directory=str(folder / "staging"), task=task, source=str(folder / "table"), train_rows=8, test_rows=2,
+               files_per_split=2, stats={}, recipe={"task_options": vars(options), "seed": 42}).save()
+    if model:
+        torch.save(module.build_model({}, options).state_dict(), folder / "model.pt")
+    return folder
+
+
+CASES = {
+    "no-run-there": (lambda root: root / "nothing", [], 2,
+                     ("holds no finished training run (metrics.json", "give the output folder of a run that finished")),
+    "another-task": (lambda root: finished_run(root / "run", task=LANGUAGE), [], 2,
+                     (f"trained the task {LANGUAGE}, not {FARE}", f"(or --task {LANGUAGE})")),
+    "no-model-file": (lambda root: finished_run(root / "run", model=False), [], 2,
+                      ("has no model.pt", "train a new run (another --output-dir)")),
+    "task-without-score": (lambda root: finished_run(root / "run", task=NO_SCORE_TASK), ["--task", NO_SCORE_TASK], 2,
+                           (f"the task module {NO_SCORE_TASK} lacks SCORES, score", "see task_interface.py")),
+    "table-without-the-columns": (lambda root: finished_run(root / "run"), ["--table", "TEXT_TABLE"], 1,
+                                  ("the column(s) tpep_pickup_datetime (missing)",
+                                   f"pass --table with a table shaped like {load_task(FARE).DEFAULT_TABLE}")),
+}
+
+
+def test_the_matrix_covers_every_refusal():
+    assert len(CASES) == 5
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_score_refuses_with_one_line_and_writes_nothing(name, tmp_path, spark, monkeypatch, capsys):
+    make_run, options, code, words = CASES[name]
+    (tmp_path / f"{NO_SCORE_TASK}.py").write_text("from distributed_training.tasks.fare_regression import *\n"
+                                                  "del SCORES, score\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(scoring, "_session", lambda scoring, local: spark)  # the test session's, left running
+    monkeypatch.setattr(spark, "stop", lambda: None)
+    text_table = tmp_path / "text"
+    load_task(LANGUAGE).sample_table(spark, 0).limit(20).write.parquet(str(text_table))
+    run = make_run(tmp_path)
+    options = [str(text_table) if option == "TEXT_TABLE" else option for option in options]
+    output = tmp_path / "scores"
+
+    task = [] if "--task" in options else ["--task", FARE]
+    assert scoring.main(["--model", str(run), *task, *options, "--output-table", str(output), "--local"]) == code
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and error.count("\n") == 1, error
+    assert all(word in error for word in words), error
+    assert not list(tmp_path.glob("scores*")), "nothing written"
+    sys.modules.pop(NO_SCORE_TASK, None)
