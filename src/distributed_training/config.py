@@ -24,7 +24,7 @@ PARALLELISMS, INIT_MODES = ("ddp", "fsdp2"), ("weights", "full")
 SPARK_ML_APIS, SPARK_ML_MODELS = ("connect", "classic"), ("linear", "gbt", "random_forest")
 DEFAULT_LOCAL_PROCESSES = 2
 LOCAL_RUNS_DIR = os.path.join("build", "local-run")
-CHECKPOINTS_DIR = "checkpoints"  # in a run's folder
+CHECKPOINTS_DIR, STAGING_DIR = "checkpoints", "staging"  # in a run's folder
 SHARED_FOLDERS = ("/Volumes/", "/dbfs/")  # what every node of a Databricks cluster reads as the same files
 MAX_NODES, MAX_PROCESSES = 256, 1024
 
@@ -164,7 +164,7 @@ class Config:
 
     @property
     def staging_dir(self) -> str:
-        return os.path.join(self.output_dir, "staging")
+        return os.path.join(self.output_dir, STAGING_DIR)
 
     @property
     def checkpoint_dir(self) -> str:

@@ -1,13 +1,9 @@
-"""`score --model RUN_DIR`: a training run's model applied to every row of a table on the executors, written as a table.
+"""`score --model RUN_DIR`: a finished run's model applied to every row of a table on Spark's workers, as a table.
 
-The run's folder holds what scoring needs: metrics.json (the engine and task), model.pt (the torch loop's final
-weights) and the staged data's manifest (the task's options, the training split's statistics, the seed); a Spark ML
-run, its fitted pipeline. The rows are the task's `prepare` of the table (the training rows' columns, nonsense rows
-dropped), all of them or (`--rows held-out`) the run's own held-out split. Spark splits them across its Python
-workers, each of which loads the model once (`mapInPandas`), onto its task's GPU where there is one, in bf16 where
-the GPU has it. The task's `score` turns a batch of rows into its outputs. The output is replaced whole: a table
-by Spark's overwrite (one Delta commit on Databricks), a parquet folder by a rename, so a rerun never appends.
-"""
+It reads the run's folder: metrics.json, model.pt (the loop's final weights) and the staged manifest (task options,
+statistics, seed, source); a Spark ML run's fitted pipeline. The rows are the task's `prepare` of the table, or
+(`--rows held-out`) the run's held-out split of its own table. Each Python worker loads the model once (`mapInPandas`),
+onto its task's GPU where there is one, bf16 where supported. The output is replaced whole, never appended to."""
 
 from __future__ import annotations
 
@@ -20,13 +16,14 @@ import sys
 import time
 import uuid
 
-from .config import DEFAULT_TASK, PACKAGE, SPARK_ML_ENGINE, task_options, whole
+from .config import DEFAULT_TASK, PACKAGE, SPARK_ML_ENGINE, STAGING_DIR, task_options, whole
 from .run_folder import METRICS_FILE, MODEL_FILE
-from .staging import TableError, cause, looks_like_path, read_table, spark_errors, split
+from .staging import TableError, cause, fingerprint, looks_like_path, read_table, spark_errors, split
 from .task_interface import TaskError, load_task
 from .training.data import StagedData
 
-_models: dict = {}  # in each Python worker: the model it loaded, by the run's folder
+_models: dict = {}  # in each Python worker: the model it loaded, by model.pt's path and time (a longer rerun of
+# the run rewrites it)
 
 
 class ScoringError(ValueError):
@@ -41,6 +38,7 @@ class Scoring:
     options: object  # the task's Options
     stats: dict | None
     seed: int
+    source: dict | None  # the run's table and its fingerprint when staged: where its held-out rows come from
     table: str
     output: str
     held_out: bool
@@ -73,12 +71,15 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
         raise ScoringError(f"--model {args.model} holds no finished training run ({METRICS_FILE}: "
                            f"{getattr(error, 'strerror', None) or error}): give the output folder of a run that "
                            "finished") from None
+    if args.rows == "held-out" and args.table:
+        raise ScoringError(f"--rows held-out scores the rows the run held out of its own table, but --table names "
+                           f"{args.table}: drop one of them")
     common = dict(run_dir=run_dir, engine=metrics.get("engine"), output=args.output_table or
                   os.path.join(run_dir, "scores"), held_out=args.rows == "held-out", batch_size=args.batch_size)
     if metrics.get("engine") == SPARK_ML_ENGINE:  # its own pipeline, whatever the project's task
-        return Scoring(**common, task=SPARK_ML_ENGINE, options=None, stats=None, seed=metrics["seed"],
+        return Scoring(**common, task=SPARK_ML_ENGINE, options=None, stats=None, seed=metrics["seed"], source=None,
                        table=args.table or metrics["table"]), args.local
-    staged = StagedData.load(os.path.join(run_dir, "staging"))
+    staged = StagedData.load(os.path.join(run_dir, STAGING_DIR))
     if staged.task != args.task:
         raise ScoringError(f"the run in {run_dir} trained the task {staged.task}, not {args.task}: score with that "
                            f"task's project (or --task {staged.task})")
@@ -91,7 +92,8 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
         raise TaskError(f"the task module {staged.task} lacks {', '.join(missing)}, which scoring needs (see "
                         "task_interface.py)")
     return Scoring(**common, task=staged.task, options=task_options(task, staged.recipe["task_options"]),
-                   stats=staged.stats, seed=staged.recipe["seed"], table=args.table or staged.source), args.local
+                   stats=staged.stats, seed=staged.recipe["seed"], table=args.table or staged.source,
+                   source=staged.recipe), args.local
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,12 +143,15 @@ def _session(scoring: Scoring, local: bool):
 
 def scored(spark, scoring: Scoring):
     """The rows with the task's outputs beside them (lazy)."""
-    table = read_table(spark, scoring.table, scoring.table)
     if scoring.engine == SPARK_ML_ENGINE:
-        from .engines.spark_ml_connect import scored_by_pipeline
+        from .engines.spark_ml_connect import DEFAULT_TABLE, scored_by_pipeline
 
-        return scored_by_pipeline(table, scoring)
+        return scored_by_pipeline(read_table(spark, scoring.table, DEFAULT_TABLE), scoring)
     task = load_task(scoring.task)
+    table = read_table(spark, scoring.table, task.DEFAULT_TABLE)
+    if scoring.held_out and fingerprint(spark, scoring.table, table) != scoring.source["fingerprint"]:
+        raise ScoringError(f"{scoring.table} changed since the run staged it ({scoring.source['fingerprint']['of']} "
+                           "then): its held-out rows cannot be split out again; score --rows all")
     try:
         rows = task.prepare(table, scoring.options)
     except ValueError as error:
@@ -164,8 +169,11 @@ def score_batches(batches, run_dir: str, task_module: str, options, stats: dict,
     import torch
 
     task = load_task(task_module)
-    model, device = _models[run_dir] if run_dir in _models else _models.setdefault(run_dir, _load(task, run_dir,
-                                                                                                   options, stats))
+    path = os.path.join(run_dir, MODEL_FILE)
+    key = (path, os.stat(path).st_mtime_ns)
+    if key not in _models:
+        _models[key] = _load(task, path, options, stats)
+    model, device = _models[key]
     low_precision = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
     for batch in batches:
         for start in range(0, len(batch), batch_size):
@@ -175,7 +183,7 @@ def score_batches(batches, run_dir: str, task_module: str, options, stats: dict,
             yield pd.concat([rows, pd.DataFrame(outputs)], axis=1)
 
 
-def _load(task, run_dir: str, options, stats: dict):
+def _load(task, path: str, options, stats: dict):
     """The trained model on this worker's device: the GPU Spark gave its task (a cluster with GPU scheduling), else
     one by its partition (a single node's workers share its GPUs), else the CPU."""
     import torch
@@ -187,16 +195,15 @@ def _load(task, run_dir: str, options, stats: dict):
         index = int(gpus.addresses[0]) if gpus and gpus.addresses else (context.partitionId() if context else 0)
         device = torch.device("cuda", index % torch.cuda.device_count())
     model = task.build_model(stats, options)
-    model.load_state_dict(torch.load(os.path.join(run_dir, MODEL_FILE), map_location="cpu", weights_only=True))
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return model.to(device).eval(), device
 
 
 def write(rows, output: str) -> int:
     """The scores written, replacing what `output` held; the number of rows (from what was written)."""
-    spark = rows.sparkSession
     if not looks_like_path(output):
         rows.write.mode("overwrite").option("overwriteSchema", "true").saveAsTable(output)
-        return spark.table(output).count()
+        return rows.sparkSession.table(output).count()
     output = output.rstrip("/")
     partial, replaced = (f"{output}.{kind}-{uuid.uuid4().hex[:8]}" for kind in ("partial", "replaced"))
     try:
@@ -207,4 +214,4 @@ def write(rows, output: str) -> int:
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     shutil.rmtree(replaced, ignore_errors=True)  # only once the new output is in place
-    return spark.read.parquet(output).count()
+    return rows.sparkSession.read.parquet(output).count()

@@ -1,8 +1,8 @@
 """`score` with what cannot be scored: a folder without a finished run, a run of another task, a run without its
-model, a task without the scoring functions (exit 2, before Spark starts), and a table without the task's columns
-(exit 1, before any Spark job). Each case: one error line that names the problem and the fix, and no output
-written. The run folders are made by hand, as a finished run leaves them (no training needed to refuse them). The
-matrix is counted so it cannot shrink quietly."""
+model, a task without the scoring functions, held-out rows of another table (exit 2, before Spark starts); a table
+without the task's columns, held-out rows of a table changed since the run (exit 1, before any Spark job). Each
+case: one error line that names the problem and the fix, and no output written. The run folders are made by hand, as
+a finished run leaves them (no training needed to refuse them). The matrix is counted so it cannot shrink quietly."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ def finished_run(folder: Path, task: str = FARE, model: bool = True) -> Path:
     (folder / "metrics.json").write_text(json.dumps({"engine": "torch_distributor", "task": task}))
     module = load_task(FARE if task == NO_SCORE_TASK else task)
     options = module.Options()
-    StagedData(directory=str(folder / "staging"), task=task, source=str(folder / "table"), train_rows=8, test_rows=2,
-               files_per_split=2, stats={}, recipe={"task_options": vars(options), "seed": 42}).save()
+    StagedData(directory=str(folder / "staging"), task=task, source=str(folder.parent / "text"), train_rows=8,
+               test_rows=2, files_per_split=2, stats={},
+               recipe={"task_options": vars(options), "seed": 42, "fingerprint": {"of": "1 file(s), 0 bytes"}}).save()
     if model:
         torch.save(module.build_model({}, options).state_dict(), folder / "model.pt")
     return folder
@@ -48,11 +49,17 @@ CASES = {
     "table-without-the-columns": (lambda root: finished_run(root / "run"), ["--table", "TEXT_TABLE"], 1,
                                   ("the column(s) tpep_pickup_datetime (missing)",
                                    f"pass --table with a table shaped like {load_task(FARE).DEFAULT_TABLE}")),
+    "held-out-of-another-table": (lambda root: finished_run(root / "run"), ["--rows", "held-out", "--table", "x.y.z"],
+                                  2, ("--rows held-out scores the rows the run held out of its own table",
+                                      "drop one of them")),
+    "held-out-of-a-changed-table": (lambda root: finished_run(root / "run"), ["--rows", "held-out"], 1,
+                                    ("changed since the run staged it (1 file(s), 0 bytes then)",
+                                     "score --rows all")),
 }
 
 
 def test_the_matrix_covers_every_refusal():
-    assert len(CASES) == 5
+    assert len(CASES) == 7
 
 
 @pytest.mark.parametrize("name", CASES)
