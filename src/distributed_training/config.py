@@ -281,8 +281,7 @@ def check(config: Config) -> None:
                           f"train with it: use --engine {' or '.join(TORCH_LOOP_ENGINES)}")
     if config.handoff_to_torchrun and not config.local and not (config.gpus_per_node or config.processes):
         raise ConfigError("--handoff-to-torchrun plans a run on nodes this task does not see: give --gpus-per-node "
-                          "(the GPUs of one node, e.g. 8 for GPU_8xH100) and --num-nodes, or --processes for CPU "
-                          "processes")
+                          "(a node's GPUs, e.g. 8 for GPU_8xH100) and --num-nodes, or --processes for CPU ones")
     if config.handoff_to_torchrun and not config.local and config.tracking and not config.job_run_id:
         raise ConfigError("--handoff-to-torchrun names the run's config by its job run for the GPU task, but no "
                           "--job-run-id was given: pass --job-run-id {{job.run_id}} in the stage task's parameters")

@@ -1,9 +1,8 @@
 """`train --engine E`: the jobs' entry point on a cluster, and with --local a complete run on this machine.
 
-In order: the options (conflicts, and a resume of another run, refused before Spark starts), the output folder (taken:
-a second run into it is refused at once), the Spark session (after the preflight on a cluster), the config resolved
-against it (GPUs, precision, table; the resume checked again), then the engine's training, or with
---handoff-to-torchrun the staging and torchrun's plan. Errors are one line naming the fix; nothing is half-written."""
+In order: the options (a resume of another run refused before Spark starts), the output folder (taken: a second run
+into it is refused at once), the Spark session (after the preflight on a cluster), the config resolved against it (the
+resume checked again), then the engine's training, or with --handoff-to-torchrun the staging and torchrun's plan."""
 
 from __future__ import annotations
 

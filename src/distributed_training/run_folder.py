@@ -1,11 +1,9 @@
 """A run's folder (--output-dir): what one run owns, held while it trains, and whether it has finished.
 
-On a job, the folder is the job run's own, `<volume>/<engine>/<job run id>` (the job passes `{{job.run_id}}`): a retry
-or repair keeps the id and resumes there; a new run gets a new id and folder, and starts fresh (or from an earlier run's
-checkpoint, with --init-from). So a folder holds one run's staged data, checkpoints, metrics and MLflow run.
-
-A run into a folder whose run has finished (its metrics.json is written, for as many steps as asked) has nothing to
-train: it reports those metrics and ends, so a repair that reruns a finished task costs nothing and changes nothing."""
+On a job, the folder is the job run's own, `<volume>/<engine>/<job run id>` (`{{job.run_id}}`): a retry or repair
+keeps the id and resumes there; a new run gets a new folder and starts fresh (or --init-from an earlier run's). A run
+into a folder whose run has finished (metrics.json written, for as many steps as asked) reports those metrics and
+ends: a repair that reruns a finished task costs nothing and changes nothing."""
 
 import errno
 import fcntl
@@ -58,8 +56,7 @@ def announce_finished(config) -> bool:
     if finished is not None:
         print(f"The run in {config.output_dir} has finished already: held-out loss {finished['held_out_loss']:.4f}, "
               f"the trivial predictor's {finished['baseline_loss']:.4f} ({finished.get('metrics_file')}). Nothing to "
-              "train: to train again, give a new --output-dir (a job passes its run's own), or --no-resume to start "
-              "over there.", flush=True)
+              "train: to train again, give a new --output-dir, or --no-resume to start over there.", flush=True)
     return finished is not None
 
 

@@ -1,11 +1,8 @@
 """Stage the training data with Spark (no torch): the task's rows, a seeded train/held-out split, the task's statistics,
-and parquet files for the ranks, in a folder every rank sees (a Unity Catalog volume on a cluster).
-
-Each split is one parquet file per process, of about the same size: every rank reads its own, nothing is collected
-onto the driver. A task that defines `tokenize` has its rows tokenized here, on the executors, once. A retry or a
-repair reuses data staged from the same source (a Delta table's version, else its files' names and sizes), task
-options, seed and processes. A changed source is staged again, unless the run has checkpoints to resume (trained on
-the old data): then it is refused, with the reason."""
+and one parquet file per process and split, in a folder every rank sees (a Unity Catalog volume on a cluster); a task
+with `tokenize` is tokenized here, once. A retry or a repair reuses data staged from the same source (a Delta table's
+version, else its files' names and sizes), task options, seed and processes. A changed source is staged again, unless
+the run has checkpoints to resume (trained on the old data): then it is refused, with the reason."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Guards: the platform's rules for training clusters, over the node-type catalog.
-
-One set of rules for the template's answers, `validate` on a bundle's clusters, and each training run's preflight.
+"""Guards: the platform's rules for training clusters, over the node-type catalog: one set of rules for the template's
+answers, `validate` on a bundle's clusters, and each training run's preflight.
 
 A multi-node cluster's driver is by default of the workers' type. Databricks' GPU docs for AWS require GPU driver and
 worker types; Azure's no longer say so for the driver, but none allows a CPU driver outright: beside GPU workers it is

@@ -43,9 +43,8 @@ def observe(spark) -> ObservedCluster:
     workers = conf.get(WORKERS_CONF)
     if workers is None:  # off Databricks: count the executors the driver knows, less the driver itself
         workers = max(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1, 0)
-    return ObservedCluster(master=conf.get("spark.master", ""), driver_gpus=torch.cuda.device_count(),
-                           workers=int(workers), spark_conf=conf, node_type_id=conf.get(NODE_TYPE_CONF),
-                           spark_version=conf.get(SPARK_VERSION_CONF))
+    return ObservedCluster(conf.get("spark.master", ""), torch.cuda.device_count(), int(workers), conf,
+                           node_type_id=conf.get(NODE_TYPE_CONF), spark_version=conf.get(SPARK_VERSION_CONF))
 
 
 def check(request: TrainingRequest, observed: ObservedCluster) -> list[Finding]:

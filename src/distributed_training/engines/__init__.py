@@ -1,8 +1,7 @@
 """The engines: each trains on a Spark cluster its own way, behind one interface (`Engine`).
 
-One module per engine, named after it, holding `ENGINE`; a generated project carries (and `train --engine` offers)
-the engines it chose. TorchDistributor (DDP), the DeepSpeed distributor (which specialises it as pyspark's
-DeepspeedTorchDistributor does) and Ray Train run the shared loop (`training.loop`); Spark ML fits its own pipeline."""
+One module per engine, named after it, holding `ENGINE`; a project carries (and `train --engine` offers) the engines
+it chose. TorchDistributor, DeepSpeed and Ray Train run the shared loop (`training.loop`); Spark ML fits a pipeline."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ from the driver. The DeepSpeed engine specialises it (deepspeed.py); the TorchDi
 
 Placement, following the platform's advice (single node first):
 - one node: `local_mode=True`, the processes run on the driver, one per GPU it has;
-- several nodes: `local_mode=False`, one process per GPU across the executors (gpus per node x nodes), which needs
-  `spark.task.resource.gpu.amount` 1 on the cluster (the preflight checks it); the driver only coordinates;
+- several nodes: `local_mode=False`, one process per executor GPU (`spark.task.resource.gpu.amount` 1; preflight);
 - `--local` (or no GPUs): `use_gpu=False`, N CPU processes talking over gloo.
 
 TorchDistributor pickles what it runs to the workers: the module-level `training.loop.train` and the run's `Config`."""

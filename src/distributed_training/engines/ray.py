@@ -3,18 +3,13 @@
 Where Ray runs, following the platform's advice (single node first):
 - one node: a Ray of its own on the driver (`ray.init(address="local")`), one training worker per GPU it has (or N
   CPU workers, --processes);
-- several nodes: Ray on Spark, `ray.util.spark.setup_ray_cluster`: one Ray worker node per Spark worker, as large
-  as the node type (its CPUs from the catalog, its GPUs). Spark tasks must hold no GPU while Ray runs, so the job
-  cluster keeps `spark.task.resource.gpu.amount` at 0 (the guards and the preflight check it). The Ray head node
-  runs on the driver and trains nothing;
-- `--local`: Ray on Spark as well, on a local Spark whose executors are processes of their own (master
-  `local-cluster[N,1,2048]`), so the multi-node path runs on this machine with N one-CPU Ray worker nodes.
-Ray is shut down when training ends, whether it succeeded or failed; Ray on Spark collects its nodes' logs under
-the output folder (a volume on a cluster).
-
-Ray Train starts the torch process group and sets RANK, WORLD_SIZE and LOCAL_RANK before the loop runs; the loop
-uses that group. The loop's checkpoints (OUTPUT_DIR/checkpoints, as with every engine) are Ray Train's run folder as
-well; the final one is registered with Ray Train where it lies.
+- several nodes: Ray on Spark (`ray.util.spark.setup_ray_cluster`), one Ray worker node per Spark worker, as large as
+  the node type. Spark tasks must hold no GPU while Ray runs, so the job cluster keeps `spark.task.resource.gpu.amount`
+  at 0 (the guards and the preflight check it). The Ray head node runs on the driver and trains nothing;
+- `--local`: Ray on Spark on a local Spark whose executors are processes of their own (`local-cluster[N,1,2048]`).
+Ray is shut down when training ends, either way; Ray on Spark collects its nodes' logs under the output folder.
+Ray Train starts the process group the loop uses; the loop's checkpoints (OUTPUT_DIR/checkpoints) are Ray Train's
+run folder as well, and the final one is registered with Ray Train where it lies.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """The shared loop under torchrun: plan a run here (`train --handoff-to-torchrun`), carry it out on GPU nodes that have
 no Spark (`python -m <package>.engines.torchrun`).
 
-A serverless GPU job has two tasks. `stage` (serverless, Spark, no torch) runs `train --engine E --handoff-to-torchrun
---job-run-id {{job.run_id}}`: it stages the table into the job run's own folder, writes the run's config beside it
-(OUTPUT_DIR/torchrun/config.json) and names it in the GPU task's MLflow experiment under `torchrun_config.<job run id>`.
-`train`, an `ai_runtime_task`, runs `src/command.sh`, hence this module, on every node.
-
-Why this channel: the AI Runtime passes its command no parameters, and the files beside `command.sh` (`env_vars.json`,
-`hyperparameters.yaml`) are deployed once for all runs, so neither can say which job run a node serves. Each attempt of
-the GPU task does get its own MLflow run (MLFLOW_RUN_ID) in the experiment both tasks name, which the Jobs API links to
-its job run (runs/get-output: `ai_runtime_task_output.mlflow_run_id`). So a node asks which job run that left a config
-runs it: two runs (or a repair of an earlier one after a later one) never take each other's config and data.
-
-Elsewhere (--local too) OUTPUT_DIR/torchrun/command.sh runs this module with `--config`; torchrun then runs it with
---worker in each process, which trains. The first node holds the run's folder (as `train` does) while torchrun runs."""
+A serverless GPU job's `stage` task (Spark, no torch) runs `train --engine E --handoff-to-torchrun --job-run-id
+{{job.run_id}}`: it stages the table into the job run's folder, writes the run's config there (torchrun/config.json)
+and names it in the MLflow experiment as `torchrun_config.<job run id>`. Its `train` task, an `ai_runtime_task`, runs
+`src/command.sh`, hence this module, on every node: the AI Runtime passes no parameters and deploys the files beside
+the command once for all runs, but gives each attempt its own MLflow run (MLFLOW_RUN_ID), linked to its job run; so a
+node asks which job run left a config, and two runs (or a repair after a later run) never take each other's. Elsewhere
+(--local too) torchrun/command.sh runs this with `--config`, and torchrun runs it with --worker in each process."""
 
 import argparse
 import contextlib

@@ -1,21 +1,15 @@
 """Checkpoints after any optimizer step that a rerun can trust, and the resume from the newest one.
 
-Layout, under a folder every rank reaches (a Unity Catalog volume on a cluster):
-
     checkpoints/step-00001200/state.pt        the training state (DeepSpeed's files, or FSDP2's DCP: a shard per rank)
     checkpoints/step-00001200/rng-rank0.pt    each rank's random number generators' states
     checkpoints/step-00001200/complete.json   written last by rank 0 once all ranks saved: step, run identity, progress
 
-A checkpoint counts only once marked complete, and every file is written under a temporary name then renamed, so a run
-killed mid-save leaves nothing a resume would take for whole. One marked complete that does not load (damaged) is
-skipped with a warning, for the one before. A resumed run ends where an uninterrupted one would, even mid-epoch: state
-and random generators come back, and the data order depends only on seed, rank and epoch (`ShuffledBatches`).
-
-A resume must share the checkpoint's run identity: what changes the math or the data order (task and its options, data,
-processes, parallelism, seed, batch, accumulation), not logging, checkpoint cadence or the run's length (a longer run
-goes on where a shorter stopped). The part the config decides is compared before anything is staged, the part the
-options decide before Spark (`refusal_to_resume`). A new run may start from another run's checkpoint (--init-from): its
-weights alone (on any number of processes), or with `continue_from` its whole state, when the identities match."""
+Only a checkpoint marked complete counts, every file is renamed into place, and one that does not load is skipped
+with a warning: a run killed mid-save leaves nothing a resume would take for whole. A resumed run ends where an
+uninterrupted one would, even mid-epoch (the data order depends only on seed, rank and epoch: `ShuffledBatches`). A
+resume must share the checkpoint's run identity, what changes the math or the data order (task, options, data,
+processes, parallelism, seed, batch, accumulation), not logging, cadence or length (`refusal_to_resume`). --init-from
+starts a new run from another run's checkpoint: its weights, or its whole state where the identities match."""
 
 import json
 import os
@@ -58,9 +52,8 @@ def named_checkpoint(path: str) -> tuple[str, str]:
         steps = complete_steps(directory)
         if steps:
             return directory, tag_of(steps[0])
-    raise CheckpointFolderError(f"--init-from {path} holds no complete checkpoint (a folder step-NNNNNNNN with "
-                                f"{MARKER}): give an earlier run's output folder, its {CHECKPOINTS_DIR} folder or one "
-                                "of its checkpoints")
+    raise CheckpointFolderError(f"--init-from {path} holds no complete checkpoint (step-NNNNNNNN with {MARKER}): "
+                                f"give an earlier run's output folder, its {CHECKPOINTS_DIR} folder or a checkpoint")
 
 
 def _differences(theirs, ours: dict) -> str:

@@ -1,8 +1,8 @@
 """Staged data as the ranks see it: parquet files on a shared folder, and the manifest that describes them.
 
-Spark writes the task's rows once (`staging`), a file per process and split; each rank reads its own with pyarrow. Token
-ids (of a task with `tokenize`) a rank copies once to its node's local disk and memory-maps: its memory does not grow
-with the corpus. Nothing here needs Spark or torch (the stage task has no torch, torchrun's processes no Spark)."""
+Spark writes the task's rows once (`staging`), a file per process and split; each rank reads its own with pyarrow, and
+memory-maps token ids (of a task with `tokenize`) from a copy on its node's local disk. Nothing here needs Spark or
+torch (the stage task has no torch, torchrun's processes no Spark)."""
 
 from __future__ import annotations
 

@@ -9,10 +9,9 @@
     grad_norm = strategy.step()                         # clip, update, advance the schedule: once per window
     strategy.save(directory, tag) / strategy.load(directory, tag)   # every rank calls them (checkpoints)
 
-The loop does the weighing, so gradient accumulation means the same under each: the optimizer sees the gradients of the
-mean loss over every item (token, example) of the window on every rank, reduced across ranks once per update. Mixed
-precision is autocast under all (DeepSpeed keeps its weights in it, fp32 master weights in its optimizer). A checkpoint
-holds the plain model's weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile's `_orig_mod.`)."""
+The loop weighs, so accumulation means the same under each: the gradients of the mean loss over every item of the
+window on every rank, reduced once per update. Mixed precision is autocast (DeepSpeed: fp32 master weights in its
+optimizer). A checkpoint holds the plain model's weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile)."""
 
 import contextlib
 import os

@@ -1,11 +1,10 @@
 """How fast a run trains: tokens (or examples) per second, model FLOPs utilisation (MFU), and where a step's time goes.
-
 One definition, so the loop's progress lines, MLflow and metrics.json match the GPU check (benchmarks/gpu_check.py):
 
     MFU = tokens/s x the model's training FLOPs per token / (GPUs x one GPU's dense 16-bit peak FLOP/s)
 
-FLOPs per token are the task's (`flops_per_token`; without it, no MFU). Peaks (gpu_peaks.yaml) are NVIDIA's dense 16-bit
-figures by the driver's exact GPU name, not by substring: an unlisted GPU or a CPU gets MFU only from a given peak."""
+FLOPs per token are the task's (`flops_per_token`; without it, no MFU); peaks (gpu_peaks.yaml) NVIDIA's dense 16-bit
+figures by the driver's exact GPU name: an unlisted GPU or a CPU gets MFU only from a given peak."""
 
 import time
 from contextlib import contextmanager
@@ -54,11 +53,9 @@ def peak_tflops_of(device) -> float | None:
 
 class StepMeter:
     """What the updates cost: items (tokens, or examples), examples, loss summed over items, training seconds and those
-    spent waiting for data. Counts stay on the device until `settle()` (every rank calls it) sums them over the ranks.
-
-    Two spans read from it: a report's window (`report()`: rates since the last report) and what the caller settles in
-    between (`settle()`: an epoch's totals, a checkpoint's), which leaves the window whole. `totals()`: the run's rates
-    in this process past its first settlement (the warm-up), or the first's if it is the only one."""
+    spent waiting for data, on the device until `settle()` (every rank calls it) sums them over the ranks. `report()`:
+    rates since the last report; `settle()`: an epoch's or a checkpoint's totals, leaving the report's window whole;
+    `totals()`: the run's rates past its first settlement (the warm-up), or the first's if it is the only one."""
 
     FIELDS = ("loss_sum", "items", "examples", "data_seconds", "updates", "seconds")
 

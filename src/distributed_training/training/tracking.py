@@ -2,9 +2,8 @@
 epoch's, at the global step) and the model. Without MLflow the run says so once and trains on, untracked.
 
 Where to: with --local (and no MLFLOW_TRACKING_URI) a file store under the output folder; elsewhere the environment's
-tracking server (`databricks` on a cluster). A resumed run continues its MLflow run (the id is in the checkpoints),
-so one training is one MLflow run however often it restarts; where the platform opened a run for the task
-(MLFLOW_RUN_ID, a serverless GPU task's for each attempt), the loop logs into that one. Tagged with `job_run_id`."""
+(`databricks` on a cluster). A resumed run continues its MLflow run (the id is in the checkpoints), unless the platform
+opened one for the attempt (MLFLOW_RUN_ID, a serverless GPU task's). Tagged with the `job_run_id`."""
 
 from __future__ import annotations
 
@@ -17,11 +16,9 @@ WORKSPACE_PREFIX = "/Workspace/"
 
 
 def experiment_name(config: Config) -> str:
-    """--mlflow-experiment, else one per project: a workspace path on a cluster, a plain name in a file store.
-
-    MLflow on Databricks names a workspace experiment by its path without the `/Workspace` prefix that the bundle's
-    `${workspace.root_path}` carries; `set_experiment` with it is reported to create the experiment on the first call
-    and fail on every later one (mlflow/mlflow#11077, terraform-provider-databricks#4601), so the prefix goes here."""
+    """--mlflow-experiment, else one per project: a workspace path on a cluster, a plain name in a file store. Without
+    the `/Workspace` prefix of `${workspace.root_path}`: `set_experiment` with it creates the experiment once and fails
+    on every later call (mlflow/mlflow#11077, terraform-provider-databricks#4601)."""
     package = __package__.split(".")[0]
     name = config.mlflow_experiment or (package if config.local else f"/Shared/{package}")
     return "/" + name[len(WORKSPACE_PREFIX):] if name.startswith(WORKSPACE_PREFIX) else name
