@@ -1,14 +1,13 @@
-"""`score --model RUN_DIR`: a finished run's model applied to every row of a table on Spark's workers, as a table.
-
-It reads the run's folder: metrics.json, model.pt (the loop's final weights) and the staged manifest (task options,
-statistics, seed, source); a Spark ML run's fitted pipeline. The rows are the task's `prepare` of the table, or
-(`--rows held-out`) the run's held-out split of its own table. Each Python worker loads the model once (`mapInPandas`),
-onto its task's GPU where there is one, bf16 where supported. The output is replaced whole, never appended to."""
+"""`score --model RUN_DIR`: a finished run's model (model.pt, or a Spark ML run's pipeline) applied on Spark's workers
+to every row of a table, each row once with the task's outputs (null where `prepare` drops it), or to the run's
+held-out rows (`--rows held-out`); one model per Python worker (`mapInPandas`), on its task's GPU where there is one,
+bf16 where supported. The output is replaced whole, never appended to."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from .staging import TableError, cause, fingerprint, looks_like_path, read_table
 from .task_interface import TaskError, load_task
 from .training.data import StagedData
 
+ROW = "_score_row"  # each input row's number, while it is scored
 _models: dict = {}  # in each Python worker: the model it loaded, by model.pt's path and time (a longer rerun of
 # the run rewrites it)
 
@@ -46,14 +46,12 @@ class Scoring:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"python -m {PACKAGE} score", description="Score a table with the model a "
-                                     "training run produced, on Spark's workers, or locally (--local).")
-    parser.add_argument("--model", required=True, metavar="RUN_DIR", help="the training run's output folder")
+    parser = argparse.ArgumentParser(prog=f"python -m {PACKAGE} score", description="Score a table with a run's model.")
+    parser.add_argument("--model", required=True, metavar="RUN_DIR", help="the training run's output folder, or its "
+                        "MLflow model: runs:/RUN_ID/model, models:/NAME/VERSION, models:/NAME@ALIAS")
     parser.add_argument("--table", help="catalog.schema.table or a parquet path (default: the run's own)")
-    parser.add_argument("--output-table", metavar="TABLE", help="a table name or a parquet path, replaced whole "
-                                                                "(default RUN_DIR/scores)")
-    parser.add_argument("--rows", choices=("all", "held-out"), default="all", help="held-out: the rows the run held "
-                                                                                   "out, split again by its seed")
+    parser.add_argument("--output-table", metavar="TABLE", help="a table or parquet path (default RUN_DIR/scores)")
+    parser.add_argument("--rows", choices=("all", "held-out"), default="all", help="each row once, or the held-out set")
     parser.add_argument("--batch-size", type=whole(1, 1 << 20), default=512, help="rows a model call (default 512)")
     parser.add_argument("--task", default=DEFAULT_TASK, help="the task the run must have trained")
     parser.add_argument("--local", action="store_true", help="score on local Spark, on this machine's CPU")
@@ -63,14 +61,14 @@ def parser() -> argparse.ArgumentParser:
 def parse(argv: list[str]) -> tuple[Scoring, bool]:
     """The request and --local, from the command line and what the run's folder says, before Spark starts."""
     args = parser().parse_args(argv)
-    run_dir = os.path.abspath(args.model)
+    run_dir = run_folder_of(args.model)
     try:
         with open(os.path.join(run_dir, METRICS_FILE)) as file:
             metrics = json.load(file)
     except (OSError, ValueError) as error:
-        raise ScoringError(f"--model {args.model} holds no finished training run ({METRICS_FILE}: "
-                           f"{getattr(error, 'strerror', None) or error}): give the output folder of a run that "
-                           "finished") from None
+        reason = getattr(error, "strerror", None) or error
+        raise ScoringError(f"--model {args.model} holds no finished training run ({METRICS_FILE}: {reason}): give "
+                           "the output folder of a run that finished") from None
     if args.rows == "held-out" and args.table:
         raise ScoringError(f"--rows held-out scores the rows the run held out of its own table, but --table names "
                            f"{args.table}: drop one of them")
@@ -89,11 +87,26 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
     task = load_task(staged.task)
     missing = [name for name in ("SCORES", "score") if not hasattr(task, name)]
     if missing:
-        raise TaskError(f"the task module {staged.task} lacks {', '.join(missing)}, which scoring needs (see "
-                        "task_interface.py)")
+        raise TaskError(f"the task module {staged.task} lacks {', '.join(missing)}, which scoring needs: see "
+                        "task_interface.py")
     return Scoring(**common, task=staged.task, options=task_options(task, staged.recipe["task_options"]),
                    stats=staged.stats, seed=staged.recipe["seed"], table=args.table or staged.source,
                    source=staged.recipe), args.local
+
+
+def run_folder_of(model: str) -> str:
+    """RUN_DIR, or the folder of the run that logged an MLflow model: runs:/ID/..., models:/NAME/VERSION or @ALIAS."""
+    if not model.startswith(("runs:/", "models:/")):
+        return os.path.abspath(model)
+    import mlflow
+
+    try:
+        run_id = model.split("/")[1] if model.startswith("runs:/") else mlflow.models.get_model_info(model).run_id
+        return mlflow.get_run(run_id).data.params["output_dir"]
+    except Exception as error:  # MLflow's, in many shapes (no such model or run, no access); KeyError: an older run's
+        raise ScoringError(f"--model {model}: its run's folder is unknown ({type(error).__name__}: "
+                           f"{str(error).splitlines()[0]}): give a model version that exists where MLFLOW_TRACKING_URI "
+                           "points, or the run's folder") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,22 +155,40 @@ def _session(scoring: Scoring, local: bool):
 
 
 def scored(spark, scoring: Scoring):
-    """The rows with the task's outputs beside them (lazy)."""
+    """The scored rows (lazy): each row of the table once, or the held-out rows as prepared; the outputs beside."""
     if scoring.engine == SPARK_ML_ENGINE:
-        from .engines.spark_ml_connect import DEFAULT_TABLE, scored_by_pipeline
+        from .engines.spark_ml_connect import DEFAULT_TABLE, PREDICTION, scored_by_pipeline
 
-        return scored_by_pipeline(read_table(spark, scoring.table, DEFAULT_TABLE), scoring)
-    task = load_task(scoring.task)
-    table = read_table(spark, scoring.table, task.DEFAULT_TABLE)
-    if scoring.held_out and fingerprint(spark, scoring.table, table) != scoring.source["fingerprint"]:
-        raise ScoringError(f"{scoring.table} changed since the run staged it ({scoring.source['fingerprint']['of']} "
-                           "then): its held-out rows cannot be split out again; score --rows all")
+        table = read_table(spark, scoring.table, DEFAULT_TABLE)
+        score_rows, outputs = functools.partial(scored_by_pipeline, scoring=scoring), [PREDICTION]
+    else:
+        task = load_task(scoring.task)
+        table = read_table(spark, scoring.table, task.DEFAULT_TABLE)
+        if scoring.held_out and fingerprint(spark, scoring.table, table) != scoring.source["fingerprint"]:
+            then = scoring.source["fingerprint"]["of"]
+            raise ScoringError(f"{scoring.table} changed since the run staged it ({then} then): its held-out rows "
+                               "cannot be split out again; score --rows all")
+        score_rows = functools.partial(scored_by_model, task=task, scoring=scoring)
+        outputs = [column.split()[0] for column in task.SCORES.split(",")]
+    if scoring.held_out:
+        return score_rows(table)
+    # Each input row numbered, scored where the task keeps it, and joined back (null outputs where it drops it): the
+    # number is read twice, from the same files in the same splits. A scored table scored again gets new outputs.
+    from pyspark.sql import functions as F
+
+    numbered = table.withColumn(ROW, F.monotonically_increasing_id())
+    scores = score_rows(numbered, keep=(ROW,)).select(ROW, *outputs)
+    return numbered.join(scores, ROW, "left").select(*[name for name in table.columns if name not in outputs],
+                                                     *outputs)
+
+
+def scored_by_model(table, task, scoring: Scoring, keep=()):
+    """The task's prepared rows (held out, or all) with its outputs, scored on the Python workers."""
     try:
-        rows = task.prepare(table, scoring.options)
+        rows = task.prepare(table, scoring.options, keep=keep)
     except ValueError as error:
         raise TableError(f"{scoring.table!r}: {error}") from None
-    if scoring.held_out:
-        rows = split(rows, scoring.seed)[1]
+    rows = split(rows, scoring.seed)[1] if scoring.held_out else rows
     arguments = (scoring.run_dir, scoring.task, scoring.options, scoring.stats, scoring.batch_size)
     return rows.mapInPandas(lambda batches: score_batches(batches, *arguments),
                             f"{', '.join(f'`{name}` {kind}' for name, kind in rows.dtypes)}, {task.SCORES}")

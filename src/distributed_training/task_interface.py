@@ -36,8 +36,8 @@ Optional, for a model of repeated blocks (the causal LM defines it; without it -
 Optional, for `score` (both built-in tasks define them):
     SCORES                                the Spark DDL of the columns `score` adds, e.g. "predicted_fare double"
     score(model, rows, stats, options)    (torch, in Spark's Python workers) a batch of prepared rows (pandas) as a
-                                          dict of those columns, one value per row; the model is on its device, in
-                                          eval mode, gradients off
+                                          dict of those columns, one value per row (the model on its device, eval)
+    prepare(table, options, keep)         and prepare carries the columns `keep` (score's row number) unchanged
 
 The loop owns the rest: optimizer, LR schedule, gradient clipping, precision, parallelism, checkpoints and MLflow."""
 

@@ -31,9 +31,11 @@ def train_command(output_dir: Path, engine: str, task: str, *options: str, env: 
                           capture_output=True, text=True, env=env or environment(), timeout=timeout)
 
 
-def score_command(run_dir: Path, *options: str, task: str = FARE) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "distributed_training", "score", "--model", str(run_dir), "--task",
-                           task, "--local", *options], capture_output=True, text=True, env=environment(), timeout=600)
+def score_command(model: Path | str, *options: str, task: str = FARE, env: dict | None = None
+                  ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "distributed_training", "score", "--model", str(model), "--task",
+                           task, "--local", *options], capture_output=True, text=True, env=env or environment(),
+                          timeout=600)
 
 
 def output_of(completed: subprocess.CompletedProcess) -> str:

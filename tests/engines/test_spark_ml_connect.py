@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
 from distributed_training.launch import main
@@ -63,6 +64,17 @@ def test_the_pyspark_ml_connect_pipeline_learns_the_fare_whatever_the_task(spark
     assert len(scored) == metrics["final"]["test_rows"]
     rmse = float(((scored["prediction"] - scored["fare_amount"]) ** 2).mean() ** 0.5)
     assert rmse == pytest.approx(metrics["final"]["test_rmse"], rel=1e-6)
+    # Every row of the table once, each prediction the pipeline's for that row's own features, null where the
+    # features drop the row
+    from distributed_training.engines.spark_ml_connect import FEATURES, features
+
+    everything = scoring.scored(spark, scoring.parse(["--model", str(tmp_path), "--task", LANGUAGE])[0])
+    table = spark.read.parquet(metrics["table"])
+    assert everything.columns == [*table.columns, "prediction"] and everything.count() == table.count()
+    kept = features(everything, keep=("prediction",)).toPandas()
+    assert len(kept) == features(table).count() == everything.where("prediction IS NOT NULL").count()
+    own = PipelineModel.loadFromLocal(str(tmp_path / "model")).transform(kept[list(FEATURES)])["prediction"]
+    assert np.allclose(own, kept["prediction"], rtol=1e-9)
 
     run_folders = [path.parent.parent for path in (tmp_path / "mlruns").rglob("metrics/test_rmse")]
     assert len(run_folders) == 1, "one MLflow run with the scores"

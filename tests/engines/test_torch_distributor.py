@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from distributed_training.engines import LaunchError
 from distributed_training.engines.torch_distributor import ENGINE
 from distributed_training.task_interface import load_task
 from distributed_training.training.checkpoints import tag_of
+from distributed_training.training.data import StagedData
 from distributed_training.training.strategy import checkpoint_weights
 
 from conftest import (FARE, LANGUAGE, assert_it_learned, environment, metrics_of, output_of, score_command,
@@ -58,6 +60,15 @@ def assert_scored_as_evaluated(spark, config, step: int) -> None:
         with torch.no_grad():
             sums = task.evaluate(model, (torch.tensor([[task.END_OF_TEXT, *data]]),), staged.stats)
         assert nll_per_byte == pytest.approx(sums["nll"] / len(data), rel=1e-4), text
+    # Every row of the table once: a held-out text's score among all the rows' is its own
+    everything = scoring.scored(spark, scoring.parse(["--model", config.output_dir, "--task", LANGUAGE])[0])
+    everything = everything.toPandas()
+    assert len(everything) == spark.read.parquet(staged.source).count()
+    assert everything["nll_per_byte"].notna().sum() == staged.train_rows + staged.test_rows
+    column = config.task_options.text_column
+    by_text = everything.dropna(subset=["nll_per_byte"]).drop_duplicates(column).set_index(column)["nll_per_byte"]
+    for text, nll_per_byte in scored.sample(5, random_state=1)[["text", "nll_per_byte"]].values:
+        assert by_text[text] == pytest.approx(nll_per_byte, rel=1e-5)
 
 
 def test_the_language_model_learns_under_fsdp2_and_its_sharded_checkpoint_reads_back_whole(spark, staged_run):
@@ -81,9 +92,9 @@ def test_a_failure_in_the_workers_comes_back_as_one_clear_error(spark, staged_ru
     assert "\n" not in str(error.value)
 
 
-def test_train_local_runs_end_to_end_as_a_command(tmp_path):
+def test_train_local_runs_end_to_end_as_a_command(tmp_path, spark):
     """With MLFLOW_TRACKING_URI naming a folder, as a user may set it: MLflow 3 takes it only when told to."""
-    completed = train_command(tmp_path, "torch_distributor", FARE, "--epochs", "3",
+    completed = train_command(tmp_path, "torch_distributor", FARE, "--epochs", "3", "--register-model", "fares",
                               env=environment(MLFLOW_TRACKING_URI=str(tmp_path / "tracking")))
     assert completed.returncode == 0, output_of(completed)
     assert f"metrics  {tmp_path / 'metrics.json'}" in completed.stdout
@@ -94,10 +105,12 @@ def test_train_local_runs_end_to_end_as_a_command(tmp_path):
     assert list((tmp_path / "tracking").glob(f"*/{metrics['mlflow_run_id']}/metrics/train_loss")), "not tracked there"
 
     # `score` on the run's held-out rows, split again from the same table: the same rows and the same model give the
-    # run's own held-out RMSE. Twice into one output: replaced, never appended to.
+    # run's own held-out RMSE. Twice into one output, by the run's folder and by its registered model (MLflow's run
+    # records the folder): replaced, never appended to.
     scores = tmp_path / "scores"
-    for _ in range(2):
-        completed = score_command(tmp_path, "--rows", "held-out", "--output-table", str(scores))
+    tracking = environment(MLFLOW_TRACKING_URI=str(tmp_path / "tracking"), MLFLOW_ALLOW_FILE_STORE="true")
+    for model in (tmp_path, "models:/fares/1"):
+        completed = score_command(model, "--rows", "held-out", "--output-table", str(scores), env=tracking)
         assert completed.returncode == 0, output_of(completed)
         assert f"Scored {metrics['final']['test_rows']:,} rows" in completed.stdout
     scored = pq.read_table(scores).to_pandas()
@@ -105,3 +118,21 @@ def test_train_local_runs_end_to_end_as_a_command(tmp_path):
                                                                     if path.name.startswith("scores")) == ["scores"]
     rmse = float(np.sqrt(((scored["predicted_fare"] - scored["fare_amount"].astype(float)) ** 2).mean()))
     assert rmse == pytest.approx(metrics["final"]["test_rmse"], rel=1e-4)
+
+    # Every row of the table (all its columns), each once, with a prediction where the task keeps the row, null where
+    # its prepare drops it; and each prediction that row's own: the model applied here to that row's features alone.
+    completed = score_command(tmp_path, "--output-table", str(scores))
+    assert completed.returncode == 0, output_of(completed)
+    staged = StagedData.load(str(tmp_path / "staging"))
+    table = pq.read_table(staged.source).to_pandas()
+    everything = spark.read.parquet(str(scores))
+    assert everything.columns == [*table.columns, "predicted_fare"] and everything.count() == len(table)
+    task = load_task(FARE)
+    kept = task.prepare(everything, task.Options(), keep=("predicted_fare",)).toPandas()
+    assert len(kept) == everything.where("predicted_fare IS NOT NULL").count() == staged.train_rows + staged.test_rows
+    assert kept["predicted_fare"].notna().all()
+    model = task.build_model(staged.stats, task.Options())
+    model.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True))
+    with torch.no_grad():
+        own = task.score(model.eval(), kept, staged.stats, task.Options())["predicted_fare"]
+    assert np.allclose(own, kept["predicted_fare"], rtol=1e-5)

@@ -1,5 +1,6 @@
 """`score` with what cannot be scored: a folder without a finished run, a run of another task, a run without its
-model, a task without the scoring functions, held-out rows of another table (exit 2, before Spark starts); a table
+model, a task without the scoring functions, an MLflow model that is not there, held-out rows of another table (exit
+2, before Spark starts); a table
 without the task's columns, held-out rows of a table changed since the run (exit 1, before any Spark job). Each
 case: one error line that names the problem and the fix, and no output written. The run folders are made by hand, as
 a finished run leaves them (no training needed to refuse them). The matrix is counted so it cannot shrink quietly."""
@@ -52,6 +53,9 @@ CASES = {
     "held-out-of-another-table": (lambda root: finished_run(root / "run"), ["--rows", "held-out", "--table", "x.y.z"],
                                   2, ("--rows held-out scores the rows the run held out of its own table",
                                       "drop one of them")),
+    "unknown-mlflow-model": (lambda root: "models:/no_such_model/1", [], 2,
+                             ("--model models:/no_such_model/1: its run's folder is unknown", "not found",
+                              "give a model version that exists where MLFLOW_TRACKING_URI points")),
     "held-out-of-a-changed-table": (lambda root: finished_run(root / "run"), ["--rows", "held-out"], 1,
                                     ("changed since the run staged it (1 file(s), 0 bytes then)",
                                      "score --rows all")),
@@ -59,7 +63,7 @@ CASES = {
 
 
 def test_the_matrix_covers_every_refusal():
-    assert len(CASES) == 7
+    assert len(CASES) == 8
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -68,6 +72,8 @@ def test_score_refuses_with_one_line_and_writes_nothing(name, tmp_path, spark, m
     (tmp_path / f"{NO_SCORE_TASK}.py").write_text("from distributed_training.tasks.fare_regression import *\n"
                                                   "del SCORES, score\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", str(tmp_path / "mlruns"))  # a model registry with no models
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     monkeypatch.setattr(scoring, "_session", lambda scoring, local: spark)  # the test session's, left running
     monkeypatch.setattr(spark, "stop", lambda: None)
     text_table = tmp_path / "text"

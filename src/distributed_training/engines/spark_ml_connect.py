@@ -91,8 +91,9 @@ class SparkMLEngine(Engine):
             if not summary["rows"]:
                 raise LaunchError(f"{config.table!r} leaves no training rows after dropping nonsense rows: train on "
                                   "a larger table")
-            run_id = tracker.start({"engine": config.engine, "api": api, "model": model_name, "source": config.table,
-                                    "train_rows": summary["rows"], "seed": config.seed}, resumed_run_id=None)
+            params = {"engine": config.engine, "api": api, "model": model_name, "source": config.table,
+                      "train_rows": summary["rows"], "seed": config.seed, "output_dir": config.output_dir}
+            run_id = tracker.start(params, resumed_run_id=None)
             print(f"fitting the {api} pipeline ({model_name}) on {summary['rows']} training rows", flush=True)
             fitted = pipeline(api, model_name, config.seed).fit(train_rows)
             scores = evaluate(api, fitted.transform(test_rows), float(summary["mean"]))
@@ -119,8 +120,8 @@ class SparkMLEngine(Engine):
         return TrainingRun(description, metrics)
 
 
-def features(trips):
-    """One row per sensible trip: the features and the fare, as doubles."""
+def features(trips, keep=()):
+    """One row per sensible trip: the features and the fare, as doubles (and the columns `keep`, as they are)."""
     from pyspark.sql import functions as F
 
     missing = [name for name in ("tpep_pickup_datetime", "tpep_dropoff_datetime", "trip_distance", LABEL)
@@ -133,14 +134,14 @@ def features(trips):
     trips = trips.select(F.col("trip_distance").cast("double"), minutes.alias("duration_minutes"),
                          F.hour(pickup).cast("double").alias("pickup_hour"),
                          F.dayofweek(pickup).cast("double").alias("pickup_weekday"),
-                         F.col(LABEL).cast("double")).dropna()
+                         F.col(LABEL).cast("double"), *keep).dropna()
     return trips.where((F.col(LABEL) > 0) & (F.col(LABEL) <= 250) & (F.col("trip_distance") > 0)
                        & (F.col("trip_distance") <= 100) & (F.col("duration_minutes") > 0)
                        & (F.col("duration_minutes") <= 180))
 
 
-def scored_by_pipeline(table, scoring):
-    """`score` with a run's fitted pipeline: every sensible trip with its predicted fare (`prediction`)."""
+def scored_by_pipeline(table, scoring, keep=()):
+    """`score` with a run's fitted pipeline: the sensible trips (held out, or all) with their predicted fares."""
     with open(os.path.join(scoring.run_dir, METRICS_FILE)) as file:
         api = json.load(file)["api"]
     if api == "connect":
@@ -151,7 +152,7 @@ def scored_by_pipeline(table, scoring):
         from pyspark.ml import PipelineModel
 
         fitted = PipelineModel.load(os.path.join(scoring.run_dir, MODEL_DIR))
-    rows = features(table)
+    rows = features(table, keep)
     rows = split(rows, scoring.seed)[1] if scoring.held_out else rows
     return fitted.transform(rows).drop(RAW_FEATURES, SCALED)
 

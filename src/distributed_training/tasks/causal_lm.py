@@ -99,8 +99,8 @@ def sample_table(spark, seed: int, rows: int = 4000):
     return spark.createDataFrame(orders, schema=ORDERS_SCHEMA)
 
 
-def prepare(table, options: Options):
-    """One row per non-empty document: the text column, named `text`."""
+def prepare(table, options: Options, keep=()):
+    """One row per non-empty document: the text column, named `text` (and the columns `keep`, as they are)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
@@ -116,7 +116,7 @@ def prepare(table, options: Options):
                          "UTF-8 (Spark SQL's make_valid_utf8 replaces what is not), or pass --text-column with another "
                          "column")
     text = F.col(column).alias("text")
-    return table.select(text).where(F.col("text").isNotNull() & (F.length("text") > 0))
+    return table.select(text, *keep).where(F.col("text").isNotNull() & (F.length("text") > 0))
 
 
 def statistics(train, options: Options) -> dict:

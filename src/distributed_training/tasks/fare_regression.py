@@ -68,8 +68,8 @@ def sample_table(spark, seed: int, rows: int = 4000):
     return spark.createDataFrame(trips, schema=TRIPS_SCHEMA)
 
 
-def prepare(table, options: Options):
-    """One row per sensible trip: the features and the label, float32."""
+def prepare(table, options: Options, keep=()):
+    """One row per sensible trip: the features and the label, float32 (and the columns `keep`, as they are)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType, TimestampNTZType, TimestampType
 
@@ -85,7 +85,7 @@ def prepare(table, options: Options):
     minutes = (F.unix_timestamp(dropoff) - F.unix_timestamp(pickup)) / 60.0
     hour_angle = (F.hour(pickup) + F.minute(pickup) / 60.0) * (2 * math.pi / 24)
     weekday_angle = (F.dayofweek(pickup) - 1) * (2 * math.pi / 7)
-    trips = (table.select(pickup, dropoff, "trip_distance", LABEL).dropna()
+    trips = (table.select(pickup, dropoff, "trip_distance", LABEL, *keep).dropna()
              .withColumn("duration_minutes", minutes)
              .where((F.col(LABEL) > 0) & (F.col(LABEL) <= MAX_FARE)
                     & (F.col("trip_distance") > 0) & (F.col("trip_distance") <= MAX_DISTANCE_MILES)
@@ -95,7 +95,7 @@ def prepare(table, options: Options):
                "pickup_hour_sin": F.sin(hour_angle), "pickup_hour_cos": F.cos(hour_angle),
                "pickup_weekday_sin": F.sin(weekday_angle), "pickup_weekday_cos": F.cos(weekday_angle),
                LABEL: F.col(LABEL)}
-    return trips.select(*[columns[name].cast("float").alias(name) for name in (*FEATURES, LABEL)])
+    return trips.select(*[columns[name].cast("float").alias(name) for name in (*FEATURES, LABEL)], *keep)
 
 
 def statistics(train, options: Options) -> dict:

@@ -1,9 +1,9 @@
 """The training loop, the same on every rank under every launcher (TorchDistributor, DeepSpeed, Ray Train, torchrun).
 
 It knows nothing of Spark, and of the task only its seam (task_interface.py); DDP, FSDP2 or DeepSpeed (the strategy)
-makes the updates. The run's length, logging, evaluation and checkpoints count optimizer steps (updates). `train` is a
-module-level function of one picklable argument, which the launchers run; every rank returns the same (all-reduced)
-metrics, because TorchDistributor keeps the return value of whichever rank ends last."""
+makes the updates; length, logging, evaluation and checkpoints count optimizer steps. `train` is a module-level
+function of one picklable argument; every rank returns the same (all-reduced) metrics, because TorchDistributor keeps
+the return value of whichever rank ends last."""
 
 from __future__ import annotations
 
@@ -325,10 +325,8 @@ def warmup_then_cosine(updates: int, warmup_fraction: float, floor: float = 0.1)
 
 
 class ShuffledBatches:
-    """Batches of examples (a tuple of tensors sliced together) in a new seeded order every epoch.
-
-    The order depends on the seed and the epoch alone (`set_epoch`), so a resumed run sees the batches an uninterrupted
-    one would have, mid-epoch too (`windows`). A batch is one gather per tensor (a DataLoader collates one by one)."""
+    """Batches of examples (tensors sliced together, one gather each) in an order that depends on the seed and the
+    epoch alone (`set_epoch`): a resumed run sees the batches an uninterrupted one would have, mid-epoch too."""
 
     def __init__(self, examples: tuple, batch_size: int, seed: int):
         self.examples, self.batch_size, self.seed = examples, batch_size, seed
@@ -385,7 +383,7 @@ def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.
 def params(config: Config, data: StagedData, process: distributed.Process, per_rank: int) -> dict:
     options = ("epochs", "max_steps", "batch_size", "grad_accumulation", "learning_rate", "weight_decay",
                "warmup_fraction", "grad_clip", "seed", "compile", "activation_checkpointing", "parallelism")
-    recorded = {"task": config.task, "engine": config.engine, "source": data.source,
+    recorded = {"task": config.task, "engine": config.engine, "source": data.source, "output_dir": config.output_dir,
                 "train_examples": per_rank * process.world_size, "test_rows": data.test_rows,
                 "world_size": process.world_size, "device": process.device.type, "precision": config.precision,
                 **{name: getattr(config, name) for name in options},
