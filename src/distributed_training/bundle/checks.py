@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..findings import Finding
-from .clusters import as_mapping, jobs_of, task_clusters, task_option, tasks_of
+from .clusters import Jobs, as_mapping, jobs_with_tasks, task_clusters, task_option
 from .paths import Path, format_path
 
 SINGLE_NODE_PROFILE = ("spark.databricks.cluster.profile", "singleNode")
@@ -45,13 +45,12 @@ def _not_a_mapping(path: Path, of_what: str) -> Finding:
                    f"write {format_path(path)} as a mapping {of_what}", path=format_path(path))
 
 
-def job_cluster_key_findings(tree: Mapping) -> list[Finding]:
+def job_cluster_key_findings(tree: Mapping, jobs: Jobs | None = None) -> list[Finding]:
     findings = []
-    for job_key, job in jobs_of(tree):
-        job_path = ("resources", "jobs", job_key)
+    for job_key, job, tasks in jobs_with_tasks(tree, jobs):
         clusters = job.get("job_clusters") if isinstance(job.get("job_clusters"), list) else []
         defined = [cluster.get("job_cluster_key") for cluster in clusters if isinstance(cluster, dict)]
-        for task_path, task in tasks_of(job, job_path):
+        for task_path, task in tasks:
             key = task.get("job_cluster_key")
             if isinstance(key, str) and "${" not in key and key not in defined:
                 known = ", ".join(map(str, defined)) or "none"
@@ -121,11 +120,11 @@ def _single_node_cluster(cluster: Mapping, path: Path) -> list[Finding]:
                     path=format_path((*path, "num_workers")))]
 
 
-def num_nodes_findings(tree: Mapping) -> list[Finding]:
+def num_nodes_findings(tree: Mapping, jobs: Jobs | None = None) -> list[Finding]:
     """`train --num-nodes N` against the cluster its task runs on: more nodes than the cluster has fails the
     run's preflight (compute/preflight.py). Fewer is allowed, as the preflight allows it (the driver alone, say)."""
     findings = []
-    for task_path, task, _, cluster in task_clusters(tree):
+    for task_path, task, _, cluster in task_clusters(tree, jobs):
         asked = task_option(task, "--num-nodes")
         if asked is None or not asked.isascii() or not asked.isdigit():
             continue  # absent, or filled in at run time ({{job.parameters...}}, ${var...})

@@ -44,24 +44,36 @@ def tasks_of(job: Mapping, job_path: Path) -> Iterator[tuple[Path, Mapping]]:
             yield (*path, "for_each_task", "task"), inner
 
 
+# (job key, job, its tasks with their paths: `tasks_of`) for every job of a tree: `jobs_with_tasks`.
+Jobs = list[tuple[str, Mapping, list[tuple[Path, Mapping]]]]
+
+
+def jobs_with_tasks(tree: Mapping, walked: Jobs | None = None) -> Jobs:
+    """Every job of a tree with its tasks. The checks of a target share one walk (`walked`, given to each as
+    `jobs`): the tree is walked here only without it."""
+    if walked is not None:
+        return walked
+    return [(key, job, list(tasks_of(job, ("resources", "jobs", key)))) for key, job in jobs_of(tree)]
+
+
 def task_engine(task: Mapping) -> str | None:
     """The `--engine` a task's `train` wheel task is given, if any."""
     return task_option(task, "--engine")
 
 
-def task_clusters(tree: Mapping) -> Iterator[tuple[Path, Mapping, Path, Mapping]]:
+def task_clusters(tree: Mapping, jobs: Jobs | None = None) -> Iterator[tuple[Path, Mapping, Path, Mapping]]:
     """(task path, task, cluster path, cluster spec) for every task that runs on a classic cluster the bundle
     defines: its own `new_cluster`, a job cluster by `job_cluster_key`, or an all-purpose cluster named by
     `existing_cluster_id: ${resources.clusters.KEY.id}`."""
     all_purpose = as_mapping(as_mapping(tree.get("resources")).get("clusters"))
-    for job_key, job in jobs_of(tree):
+    for job_key, job, tasks in jobs_with_tasks(tree, jobs):
         job_path = ("resources", "jobs", job_key)
         job_clusters: dict[str, tuple[int, Mapping]] = {}
         for index, job_cluster in enumerate(as_list(job.get("job_clusters"))):
             if (isinstance(job_cluster, dict) and isinstance(job_cluster.get("new_cluster"), dict)
                     and isinstance(job_cluster.get("job_cluster_key"), str)):
                 job_clusters.setdefault(job_cluster["job_cluster_key"], (index, job_cluster["new_cluster"]))
-        for task_path, task in tasks_of(job, job_path):
+        for task_path, task in tasks:
             if isinstance(task.get("new_cluster"), dict):
                 yield task_path, task, (*task_path, "new_cluster"), task["new_cluster"]
             key = task.get("job_cluster_key")
@@ -73,10 +85,11 @@ def task_clusters(tree: Mapping) -> Iterator[tuple[Path, Mapping, Path, Mapping]
                 yield task_path, task, ("resources", "clusters", named.group(1)), all_purpose[named.group(1)]
 
 
-def clusters_of(tree: Mapping) -> Iterator[tuple[Path, Mapping, tuple[str, ...]]]:
+def clusters_of(tree: Mapping, jobs: Jobs | None = None) -> Iterator[tuple[Path, Mapping, tuple[str, ...]]]:
     """(path, cluster spec, engines trained on it) for every classic cluster of a merged tree."""
+    jobs = jobs_with_tasks(tree, jobs)
     engines: dict[Path, list[str]] = {}
-    for _, task, cluster_path, _ in task_clusters(tree):
+    for _, task, cluster_path, _ in task_clusters(tree, jobs):
         engine = task_engine(task)
         if engine:
             engines.setdefault(cluster_path, []).append(engine)
@@ -84,11 +97,11 @@ def clusters_of(tree: Mapping) -> Iterator[tuple[Path, Mapping, tuple[str, ...]]
     def used_by(path: Path) -> tuple[str, ...]:
         return tuple(dict.fromkeys(engines.get(path, ())))
 
-    for job_key, job in jobs_of(tree):
-        for task_path, task in tasks_of(job, ("resources", "jobs", job_key)):
+    for _, _, tasks in jobs:
+        for task_path, task in tasks:
             if isinstance(task.get("new_cluster"), dict):
                 yield (*task_path, "new_cluster"), task["new_cluster"], used_by((*task_path, "new_cluster"))
-    for job_key, job in jobs_of(tree):
+    for job_key, job, _ in jobs:
         for index, job_cluster in enumerate(as_list(job.get("job_clusters"))):
             if isinstance(job_cluster, dict) and isinstance(job_cluster.get("new_cluster"), dict):
                 path = ("resources", "jobs", job_key, "job_clusters", index, "new_cluster")

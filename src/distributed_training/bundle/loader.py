@@ -85,7 +85,7 @@ def load_bundle(bundle_dir: str | FilePath) -> Bundle:
         findings += include_findings
         if name is None:
             continue
-        included = load_yaml(root / name, name, budget)
+        included = load_yaml(os.path.join(root, name), name, budget)
         findings += included.findings + _unknown_keys(name, included)
         files.append(BundleFile(name, included.data))
         if isinstance(included.data, dict) and "include" in included.data:

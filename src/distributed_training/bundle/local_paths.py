@@ -39,7 +39,7 @@ from pathlib import Path as FilePath
 from typing import Any, Iterator, Mapping
 
 from ..findings import Finding
-from .clusters import as_list, as_mapping, jobs_of, tasks_of
+from .clusters import Jobs, as_list, as_mapping, jobs_with_tasks
 from .paths import Path, format_path, get_at
 from .sourced import file_at
 
@@ -57,14 +57,15 @@ SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")  # a URL scheme as Go's net/url
 
 
 
-def local_path_findings(tree: Mapping, sourced: Mapping, bundle_root: FilePath, kinds: dict) -> list[Finding]:
+def local_path_findings(tree: Mapping, sourced: Mapping, bundle_root: FilePath, kinds: dict,
+                        jobs: Jobs | None = None) -> list[Finding]:
     """A finding for every local path of a target's tree (its references resolved; `sourced`: the same tree before,
     which knows each value's file) that is missing, outside the sync root, or not what the CLI expects there.
     `kinds`: what is at each path from the bundle root, shared by every target so that no file is read twice."""
     levels_up = _sync_levels_up(tree, sourced)
     verdicts: dict[tuple, tuple[str, str, str] | None] = {}  # many values name the same path from the same folder
     findings = []
-    for path, literal, expected, anywhere in _resolved_paths(tree):
+    for path, literal, expected, anywhere in _resolved_paths(tree, jobs_with_tasks(tree, jobs)):
         value = literal.split(" ", 1)[1].strip().strip("\"'") if expected == "pip" else literal
         if not value or "${" in value or value.startswith("/") or SCHEME.match(value):
             continue
@@ -79,14 +80,14 @@ def local_path_findings(tree: Mapping, sourced: Mapping, bundle_root: FilePath, 
     return findings
 
 
-def _resolved_paths(tree: Mapping) -> Iterator[tuple[Path, str, str, bool]]:
+def _resolved_paths(tree: Mapping, jobs: Jobs) -> Iterator[tuple[Path, str, str, bool]]:
     """(path, value, what it must be, whether it may lie outside the sync root) for every string value the CLI's
     path translation resolves (see the module's docstring); `pip`: a dependency that may be `-r`/`-e` PATH."""
-    for job_key, job in jobs_of(tree):
+    for job_key, job, tasks in jobs:
         if "git_source" in job:
             continue
         job_path = ("resources", "jobs", job_key)
-        for task_path, task in tasks_of(job, job_path):
+        for task_path, task in tasks:
             for name, (fields, expected) in TASK_PATHS.items():
                 value = task.get(name)
                 if value is not None and isinstance(value := get_at(value, fields), str):

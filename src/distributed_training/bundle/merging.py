@@ -99,9 +99,10 @@ def merge_keyed_lists(tree: dict) -> None:
             if not isinstance(resource, dict):
                 continue
             for field, key_field in list_fields.items():
-                if isinstance(resource.get(field), list):
+                items = resource.get(field)
+                if isinstance(items, list) and len(items) > 1:  # (one item has none to merge with)
                     default_key = "default" if key_field == "label" else None
-                    resource[field] = merge_items_by_key(resource[field], key_field, default_key)
+                    resource[field] = merge_items_by_key(items, key_field, default_key)
 
 
 def apply_target(root: dict, name: str) -> SourcedDict:

@@ -54,13 +54,22 @@ def get_at(tree: Any, path: Path, default: Any = None) -> Any:
     return node
 
 
-def walk_strings(tree: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
-    """Every string value of a tree with its path (mapping keys are not values and are skipped)."""
+def walk_strings(tree: Any, path: Path = (), containing: str = "") -> Iterator[tuple[Path, str]]:
+    """Every string value of a tree that holds `containing` (default: every one) with its path (mapping keys are not
+    values and are skipped)."""
     if isinstance(tree, str):
-        yield path, tree
-    elif isinstance(tree, dict):
-        for key, value in tree.items():
-            yield from walk_strings(value, (*path, str(key)))
+        if containing in tree:
+            yield path, tree
+        return
+    if isinstance(tree, dict):
+        children: Iterator[tuple[str | int, Any]] = ((str(key), value) for key, value in tree.items())
     elif isinstance(tree, list):
-        for index, item in enumerate(tree):
-            yield from walk_strings(item, (*path, index))
+        children = enumerate(tree)
+    else:
+        return
+    for part, value in children:  # a leaf is handled here: a generator per value costs more than the walk
+        if isinstance(value, str):
+            if containing in value:
+                yield (*path, part), value
+        elif isinstance(value, (dict, list)):
+            yield from walk_strings(value, (*path, part), containing)

@@ -158,7 +158,7 @@ _MISSING = object()
 def reference_findings(tree: Mapping, resolver: Resolver) -> list[Finding]:
     """A finding for every malformed or broken reference in a target tree (path set, file left to the caller)."""
     findings = []
-    for path, value in walk_strings(tree):
+    for path, value in walk_strings(tree, containing="${"):  # no reference in a value without it
         for reference in references_in(value):
             where = format_path(path)
             if reference.path is None:
@@ -184,20 +184,24 @@ def _malformed(text: str, where: str) -> Finding:
 def substitute(tree: Any, resolver: Resolver, rounds: int = 10) -> Any:
     """The tree with every resolvable reference replaced (repeatedly, for values that hold references)."""
     for _ in range(rounds):
-        substituted = _substitute_once(tree, resolver)
-        if substituted == tree:
-            return substituted
-        tree = substituted
+        changed: list[bool] = []
+        tree = _substitute_once(tree, resolver, changed)
+        if not changed:  # the copy equals the tree it was made from
+            return tree
     return tree
 
 
-def _substitute_once(node: Any, resolver: Resolver) -> Any:
+def _substitute_once(node: Any, resolver: Resolver, changed: list[bool]) -> Any:
+    """A copy of `node` with its references replaced once; `changed` gets an entry for each value that differs."""
     if isinstance(node, dict):
-        return {key: _substitute_once(value, resolver) for key, value in node.items()}
+        return {key: _substitute_once(value, resolver, changed) for key, value in node.items()}
     if isinstance(node, list):
-        return [_substitute_once(item, resolver) for item in node]
+        return [_substitute_once(item, resolver, changed) for item in node]
     if isinstance(node, str) and "${" in node:
-        return _substitute_string(node, resolver)
+        substituted = _substitute_string(node, resolver)
+        if substituted != node:
+            changed.append(True)
+        return substituted
     return node
 
 

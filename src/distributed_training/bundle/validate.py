@@ -26,7 +26,7 @@ from typing import Iterable
 from ..compute.catalog import Catalog, CatalogError, default_catalog, load_catalog
 from ..findings import Finding
 from . import checks
-from .clusters import clusters_of, guard_findings
+from .clusters import clusters_of, guard_findings, jobs_with_tasks
 from .loader import IMPLICIT_TARGET, Bundle, NotABundle, load_bundle
 from .local_paths import local_path_findings
 from .paths import parse_path
@@ -147,15 +147,16 @@ def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog, mem
     findings += reference_findings(tree, resolver)
     findings += missing_value_findings(variables, name)
     resolved = substitute(tree, resolver)
-    findings += checks.job_cluster_key_findings(resolved)
-    clusters = list(clusters_of(resolved))  # one walk for both checks of every cluster
+    jobs = jobs_with_tasks(resolved)  # one walk of every job's tasks for the checks below
+    findings += checks.job_cluster_key_findings(resolved, jobs)
+    clusters = list(clusters_of(resolved, jobs))  # one walk for both checks of every cluster
     findings += checks.single_node_findings(clusters)
-    findings += checks.num_nodes_findings(resolved)
-    findings += serverless_gpu_findings(resolved, bundle.root)
-    findings += local_path_findings(resolved, tree, bundle.root, memo.path_kinds)
-    findings += wheel_library_findings(resolved)
-    findings += wheel_task_findings(resolved, bundle.root)
-    findings += train_argument_findings(resolved, bundle.root)
+    findings += checks.num_nodes_findings(resolved, jobs)
+    findings += serverless_gpu_findings(resolved, bundle.root, jobs)
+    findings += local_path_findings(resolved, tree, bundle.root, memo.path_kinds, jobs)
+    findings += wheel_library_findings(resolved, jobs)
+    findings += wheel_task_findings(resolved, bundle.root, jobs)
+    findings += train_argument_findings(resolved, bundle.root, jobs)
     findings += guard_findings(clusters, catalog)
     return _with_files(findings, tree)
 

@@ -18,7 +18,7 @@ from pathlib import Path as FilePath
 from typing import Any, Mapping
 
 from ..findings import Finding
-from .clusters import jobs_of, tasks_of
+from .clusters import Jobs, jobs_with_tasks
 from .paths import format_path
 
 
@@ -59,13 +59,13 @@ def _entry_points(pyproject: Mapping) -> set[str]:
     return declared
 
 
-def wheel_library_findings(tree: Mapping) -> list[Finding]:
+def wheel_library_findings(tree: Mapping, jobs: Jobs | None = None) -> list[Finding]:
     findings = []
-    for job_key, job in jobs_of(tree):
+    for _, job, tasks in jobs_with_tasks(tree, jobs):
         environments = {environment.get("environment_key"): environment for environment in
                         (job.get("environments") if isinstance(job.get("environments"), list) else [])
                         if isinstance(environment, dict) and isinstance(environment.get("environment_key"), str)}
-        for path, task in tasks_of(job, ("resources", "jobs", job_key)):
+        for path, task in tasks:
             wheel_task = task.get("python_wheel_task")
             if not isinstance(wheel_task, dict) or _present(task.get("libraries")) or "existing_cluster_id" in task:
                 continue
@@ -92,13 +92,12 @@ def _present(value: Any) -> bool:
     return (isinstance(value, list) and len(value) > 0) or (isinstance(value, str) and "${" in value)
 
 
-def wheel_task_findings(tree: Mapping, bundle_root: FilePath) -> list[Finding]:
+def wheel_task_findings(tree: Mapping, bundle_root: FilePath, jobs: Jobs | None = None) -> list[Finding]:
     pyproject_path = bundle_root / "pyproject.toml"
     if not pyproject_path.is_file():
         return []
-    wheel_tasks = [(path, task["python_wheel_task"]) for job_key, job in jobs_of(tree)
-                   for path, task in tasks_of(job, ("resources", "jobs", job_key))
-                   if isinstance(task.get("python_wheel_task"), dict)]
+    wheel_tasks = [(path, task["python_wheel_task"]) for _, _, tasks in jobs_with_tasks(tree, jobs)
+                   for path, task in tasks if isinstance(task.get("python_wheel_task"), dict)]
     if not wheel_tasks:
         return []
     pyproject = read_pyproject(pyproject_path)

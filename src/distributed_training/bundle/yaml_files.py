@@ -24,7 +24,6 @@ import re
 import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path as FilePath
 from typing import Any, Iterator
 
 import yaml
@@ -99,7 +98,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load_yaml(file: FilePath, relative_name: str, budget: ValueBudget | None = None) -> YamlFile:
+def load_yaml(file: str | os.PathLike, relative_name: str, budget: ValueBudget | None = None) -> YamlFile:
     """The file's data and the findings met while reading it."""
     budget = budget if budget is not None else ValueBudget()
     text = _read_text(file, relative_name)
@@ -107,7 +106,8 @@ def load_yaml(file: FilePath, relative_name: str, budget: ValueBudget | None = N
         return YamlFile(None, [text])
     try:
         with gc_paused():
-            plain = not ANCHOR_OR_ALIAS.search(text)  # no value stands for more than itself
+            # No value stands for more than itself (most files have neither character: `in` is much quicker)
+            plain = ("&" not in text and "*" not in text) or not ANCHOR_OR_ALIAS.search(text)
             anchor_paths = set() if plain else _measure(text, relative_name, budget)
             loader = BundleYamlLoader(text)
             try:
@@ -139,7 +139,7 @@ def load_yaml(file: FilePath, relative_name: str, budget: ValueBudget | None = N
     return YamlFile(data, findings, anchor_paths)
 
 
-def _read_text(file: FilePath, relative_name: str) -> str | Finding:
+def _read_text(file: str | os.PathLike, relative_name: str) -> str | Finding:
     """The file's text, or why it cannot be read. Only a regular file is opened: opening a FIFO blocks until
     something writes to it, and a folder or a broken link has no text."""
     def unreadable(why: str, fix: str) -> Finding:
@@ -162,13 +162,12 @@ def _read_text(file: FilePath, relative_name: str) -> str | Finding:
         return _too_large(relative_name, info.st_size)
     try:
         descriptor = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(descriptor, "rb") as opened:
-            if not stat.S_ISREG(os.fstat(opened.fileno()).st_mode):  # replaced since the stat above
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # replaced since the stat above
                 return unreadable("it is no longer a regular file", "include only YAML or JSON files")
-            # Its size and a byte more: a read sized to the limit allocates the limit's 64 MiB, once per file.
-            content = opened.read(info.st_size + 1)
-            if len(content) > info.st_size:  # it grew since the stat
-                content += opened.read(MAX_FILE_BYTES + 1 - len(content))
+            content = _read_all(descriptor, info.st_size)
+        finally:
+            os.close(descriptor)
     except OSError as error:
         return unreadable(str(error), "make the file readable")
     if len(content) > MAX_FILE_BYTES:
@@ -177,6 +176,22 @@ def _read_text(file: FilePath, relative_name: str) -> str | Finding:
         return content.decode("utf-8")
     except UnicodeDecodeError as error:
         return unreadable(f"it is not UTF-8 text ({error})", "make the file readable UTF-8 text")
+
+
+def _read_all(descriptor: int, size: int) -> bytes:
+    """The file's bytes: its size and a byte more (a read sized to the limit would allocate the limit's 64 MiB, once
+    per file), and if that byte came (it grew since the stat) up to the limit and a byte more. Plain reads on the
+    descriptor: a buffered file object costs more than the read itself on a bundle of many small files."""
+    chunks, total, wanted = [], 0, size + 1
+    while total < wanted:
+        chunk = os.read(descriptor, wanted - total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        if total == size + 1:
+            wanted = MAX_FILE_BYTES + 1
+    return b"".join(chunks)
 
 
 def _file_kind(mode: int) -> tuple[str, str]:
@@ -281,25 +296,38 @@ def _built(node: yaml.Node | None, relative_name: str, budget: ValueBudget,
     """(the data, the repeated keys) of a document without anchors and aliases, in one walk over its nodes that
     does what `_measure_nodes`, `_duplicate_keys` and PyYAML's `construct_document` do one after the other (a third
     of the time of loading a large bundle). Raises `_NotPlain` for a document it leaves to them."""
-    values, duplicates = 0, []
-    constructors = loader.yaml_constructors
+    builder = _Builder(relative_name, budget, loader)
+    data = builder.build(node, 0, ()) if node is not None else None
+    budget.left -= builder.values
+    return data, builder.duplicates
 
-    def build(node: yaml.Node, depth: int, path: Path) -> Any:
-        nonlocal values
-        values += 1
-        if values > budget.left:
-            raise _LimitExceeded(_too_many_values(relative_name, node.start_mark, budget, aliases=0))
+
+class _Builder:
+    """The state of one `_built` walk. (A class, not a closure: a nested function that calls itself is a reference
+    cycle, which would keep every file's parser alive while `gc_paused` holds the collector off.)"""
+
+    __slots__ = ("relative_name", "budget", "loader", "constructors", "values", "duplicates")
+
+    def __init__(self, relative_name: str, budget: ValueBudget, loader: BundleYamlLoader):
+        self.relative_name, self.budget, self.loader = relative_name, budget, loader
+        self.constructors = loader.yaml_constructors
+        self.values, self.duplicates = 0, []
+
+    def build(self, node: yaml.Node, depth: int, path: Path) -> Any:
+        self.values += 1
+        if self.values > self.budget.left:
+            raise _LimitExceeded(_too_many_values(self.relative_name, node.start_mark, self.budget, aliases=0))
         tag = node.tag
         if isinstance(node, yaml.ScalarNode):
             if tag == STR_TAG:
                 return node.value
             if tag in PLAIN_SCALAR_TAGS:
-                return constructors[tag](loader, node)
+                return self.constructors[tag](self.loader, node)
             raise _NotPlain
         if depth >= MAX_DEPTH:
-            raise _LimitExceeded(_too_deep(relative_name, node.start_mark))
+            raise _LimitExceeded(_too_deep(self.relative_name, node.start_mark))
         if isinstance(node, yaml.SequenceNode) and tag == SEQ_TAG:
-            return [build(item, depth + 1, (*path, index)) for index, item in enumerate(node.value)]
+            return [self.build(item, depth + 1, (*path, index)) for index, item in enumerate(node.value)]
         if not isinstance(node, yaml.MappingNode) or tag != MAP_TAG:
             raise _NotPlain
         mapping, first_lines = {}, {}
@@ -308,16 +336,12 @@ def _built(node: yaml.Node | None, relative_name: str, budget: ValueBudget,
                 raise _NotPlain
             name, line = key_node.value, key_node.start_mark.line + 1
             if name in first_lines:
-                duplicates.append((path, name, line, first_lines[name]))
+                self.duplicates.append((path, name, line, first_lines[name]))
             else:
                 first_lines[name] = line
-            key = build(key_node, depth + 1, path)
-            mapping[key] = build(value_node, depth + 1, (*path, name))
+            key = self.build(key_node, depth + 1, path)
+            mapping[key] = self.build(value_node, depth + 1, (*path, name))
         return mapping
-
-    data = build(node, 0, ()) if node is not None else None
-    budget.left -= values
-    return data, duplicates
 
 
 def _too_deep(relative_name: str, where: yaml.Event | Any) -> Finding:
