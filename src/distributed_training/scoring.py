@@ -47,8 +47,8 @@ class Scoring:
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {PACKAGE} score", description="Score a table with a run's model.")
-    parser.add_argument("--model", required=True, metavar="RUN_DIR", help="the training run's output folder, or its "
-                        "MLflow model: runs:/RUN_ID/model, models:/NAME/VERSION, models:/NAME@ALIAS")
+    parser.add_argument("--model", required=True, action="append", metavar="RUN_DIR", help="the run's folder or its "
+                        "MLflow model (runs:/ID/model, models:/NAME/VERSION, models:/NAME@ALIAS); the last not empty")
     parser.add_argument("--table", help="catalog.schema.table or a parquet path (default: the run's own)")
     parser.add_argument("--output-table", metavar="TABLE", help="a table or parquet path (default RUN_DIR/scores)")
     parser.add_argument("--rows", choices=("all", "held-out"), default="all", help="each row once, or the held-out set")
@@ -61,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
 def parse(argv: list[str]) -> tuple[Scoring, bool]:
     """The request and --local, from the command line and what the run's folder says, before Spark starts."""
     args = parser().parse_args(argv)
+    args.model = ([model for model in args.model if model] or [""])[-1]  # a job's model parameter, after its run's
     run_dir = run_folder_of(args.model)
     try:
         with open(os.path.join(run_dir, METRICS_FILE)) as file:
@@ -215,8 +216,7 @@ def score_batches(batches, run_dir: str, task_module: str, options, stats: dict,
 
 
 def _load(task, path: str, options, stats: dict):
-    """The trained model on this worker's device: the GPU Spark gave its task (a cluster with GPU scheduling), else
-    one by its partition (a single node's workers share its GPUs), else the CPU."""
+    """The model on the worker's device: the task's GPU, else one by partition (workers share a node's GPUs), or CPU."""
     import torch
     from pyspark import TaskContext
 

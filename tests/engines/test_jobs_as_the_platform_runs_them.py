@@ -141,8 +141,8 @@ def test_a_retry_and_a_repair_resume_their_own_run_and_end_as_an_uninterrupted_o
 
 def test_the_score_job_scores_the_table_with_a_training_runs_model_and_replaces_its_output(platform_of):
     """The training job, then the score job given that run's id: every row of the training table, scored with the
-    run's model where the task keeps the row. A second run replaces the output; a run without a training run's id
-    fails in one line."""
+    run's model where the task keeps the row. A second run replaces the output; given the run's MLflow model instead,
+    the same scores; a run without a training run's id or a model fails in one line."""
     platform = platform_of(engine="all")
     trained = platform.run_job("train_torch_distributor", EPOCHS)
     assert_succeeded(trained)
@@ -155,6 +155,12 @@ def test_the_score_job_scores_the_table_with_a_training_runs_model_and_replaces_
     assert len(rows) == pq.read_table(staged["source"], columns=[]).num_rows  # every row of the table once
     assert rows["predicted_fare"].notna().sum() == staged["train_rows"] + staged["test_rows"]  # where the task keeps it
     assert [path.name for path in platform.local_path(output).parent.iterdir()] == ["fares"]
+    # By the run's MLflow model instead of its job run's id: the same scores
+    mlflow_model = f"runs:/{metrics_of(platform, 'torch_distributor', trained)['mlflow_run_id']}/model"
+    by_model = platform.run_job("score", {"model": mlflow_model, "output_table": f"{output}_by_model"})
+    assert_succeeded(by_model)
+    in_order = lambda table: table.sort_values(list(table.columns)).reset_index(drop=True)  # noqa: E731
+    assert in_order(pq.read_table(platform.local_path(f"{output}_by_model")).to_pandas()).equals(in_order(rows))
 
     unnamed = platform.run_job("score", {"output_table": output})
     assert unnamed.latest("score").state == "FAILED", unnamed.report()

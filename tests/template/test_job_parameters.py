@@ -130,8 +130,9 @@ def test_every_notebook_runs_its_jobs_arguments(rendered, answers):
 
 @pytest.mark.parametrize("answers", RENDERS[:2], ids=lambda answers: "-".join(map(str, answers.values())))
 def test_the_score_jobs_parameters_are_accepted_by_the_projects_score(rendered, answers):
-    """The run's folder from the job run's parameters (the training job run's id and its engine), the output table
-    from the bundle's catalog and schema; an empty table parameter means the run's own."""
+    """The run's folder from the job run's parameters (the training job run's id and its engine), or the model
+    parameter where it is given (an MLflow model), the output table from the bundle's catalog and schema; an empty
+    table parameter means the run's own."""
     from distributed_training import scoring
 
     project = rendered(**answers)
@@ -139,15 +140,18 @@ def test_the_score_jobs_parameters_are_accepted_by_the_projects_score(rendered, 
     [task] = job["tasks"]
     assert (key, task["python_wheel_task"]["entry_point"]) == ("score", "score")
     parameters = {item["name"]: item["default"] for item in job["parameters"]}
-    assert parameters == {"train_run_id": "", "engine": "torch_distributor", "table": "",
+    assert parameters == {"train_run_id": "", "engine": "torch_distributor", "model": "", "table": "",
                           "output_table": "${var.catalog}.${var.schema}.my_training_scores"}
-    filled = {f"{{{{job.parameters.{name}}}}}": deployed(value or name.upper(), "") for name, value in
-              {**parameters, "train_run_id": JOB_RUN}.items()}
-    argv = []
-    for argument in task["python_wheel_task"]["parameters"]:
-        for reference, value in filled.items():
-            argument = argument.replace(reference, value)
-        argv.append(deployed(argument, ""))
-    arguments = scoring.parser().parse_args(argv)
-    assert arguments.model == f"{VOLUME}/torch_distributor/{JOB_RUN}"
-    assert (arguments.table, arguments.output_table) == ("TABLE", "main.default.my_training_scores")
+    registered = "models:/main.default.fares@champion"
+    for model, expected in (("", f"{VOLUME}/torch_distributor/{JOB_RUN}"), (registered, registered)):
+        filled = {f"{{{{job.parameters.{name}}}}}": deployed(value or name.upper(), "") for name, value in
+                  {**parameters, "train_run_id": JOB_RUN}.items()}
+        filled["{{job.parameters.model}}"] = model
+        argv = []
+        for argument in task["python_wheel_task"]["parameters"]:
+            for reference, value in filled.items():
+                argument = argument.replace(reference, value)
+            argv.append(deployed(argument, ""))
+        arguments = scoring.parser().parse_args(argv)
+        assert [given for given in arguments.model if given][-1] == expected  # as `parse` takes it
+        assert (arguments.table, arguments.output_table) == ("TABLE", "main.default.my_training_scores")
