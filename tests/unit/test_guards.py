@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from distributed_training.bundle.clusters import clusters_of, guard_findings, request_from_cluster
+from distributed_training.bundle.clusters import clusters_of, guard_findings, jobs_with_tasks, request_from_cluster
 from distributed_training.compute import preflight
 from distributed_training.compute.catalog import Catalog, default_catalog
 from distributed_training.compute.guards import ClusterRequest, check_cluster
@@ -145,7 +145,7 @@ def test_bundle_clusters_are_checked_with_the_engine_of_their_tasks():
             "python_wheel_task": {"package_name": "p", "entry_point": "train", "parameters": ["--engine", "deepspeed"]}}
     tree = {"resources": {"jobs": {"train": {"job_clusters": [{"job_cluster_key": "gpu", "new_cluster": cluster}],
                                              "tasks": [task]}}}}
-    [finding] = guard_findings(list(clusters_of(tree)))
+    [finding] = guard_findings(list(clusters_of(tree, jobs_with_tasks(tree))))
     assert finding.rule == "runtime-too-old"
     assert finding.path == "resources.jobs.train.job_clusters[0].new_cluster.spark_version"
 
@@ -167,7 +167,7 @@ def test_one_walk_finds_every_cluster_form_with_the_engines_that_use_it():
                  "python_wheel_task": wheel("spark_ml_connect")},
             ]}},
         "clusters": {"shared": gpu, "idle": gpu}}}
-    found = {path: engines for path, _, engines in clusters_of(tree)}
+    found = {path: engines for path, _, engines in clusters_of(tree, jobs_with_tasks(tree))}
     assert found == {
         ("resources", "jobs", "train", "tasks", 1, "new_cluster"): ("ray",),
         ("resources", "jobs", "train", "tasks", 2, "for_each_task", "task", "new_cluster"): ("torch_distributor",),
@@ -190,7 +190,7 @@ def test_unresolved_references_are_left_to_the_resolver():
     {"resources": {"clusters": {"c": {"num_workers": True, "is_single_node": "yes", "driver_node_type_id": 3}}}},
 ])
 def test_malformed_trees_give_findings_not_crashes(tree):
-    assert all(finding.rule for finding in guard_findings(list(clusters_of(tree))))
+    assert all(finding.rule for finding in guard_findings(list(clusters_of(tree, jobs_with_tasks(tree)))))
 
 
 # ---------------------------------------------------------------- the preflight, on the cluster itself

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..findings import Finding
-from .clusters import Jobs, as_mapping, jobs_with_tasks, task_clusters, task_option
+from .clusters import Jobs, as_mapping, task_clusters, task_option
 from .paths import Path, format_path
 
 SINGLE_NODE_PROFILE = ("spark.databricks.cluster.profile", "singleNode")
@@ -45,9 +45,9 @@ def _not_a_mapping(path: Path, of_what: str) -> Finding:
                    f"write {format_path(path)} as a mapping {of_what}", path=format_path(path))
 
 
-def job_cluster_key_findings(tree: Mapping, jobs: Jobs | None = None) -> list[Finding]:
+def job_cluster_key_findings(jobs: Jobs) -> list[Finding]:
     findings = []
-    for job_key, job, tasks in jobs_with_tasks(tree, jobs):
+    for job_key, job, tasks in jobs:
         clusters = job.get("job_clusters") if isinstance(job.get("job_clusters"), list) else []
         defined = [cluster.get("job_cluster_key") for cluster in clusters if isinstance(cluster, dict)]
         for task_path, task in tasks:
@@ -120,7 +120,7 @@ def _single_node_cluster(cluster: Mapping, path: Path) -> list[Finding]:
                     path=format_path((*path, "num_workers")))]
 
 
-def num_nodes_findings(tree: Mapping, jobs: Jobs | None = None) -> list[Finding]:
+def num_nodes_findings(tree: Mapping, jobs: Jobs) -> list[Finding]:
     """`train --num-nodes N` against the cluster its task runs on: more nodes than the cluster has fails the
     run's preflight (compute/preflight.py). Fewer is allowed, as the preflight allows it (the driver alone, say)."""
     findings = []

@@ -48,11 +48,8 @@ def tasks_of(job: Mapping, job_path: Path) -> Iterator[tuple[Path, Mapping]]:
 Jobs = list[tuple[str, Mapping, list[tuple[Path, Mapping]]]]
 
 
-def jobs_with_tasks(tree: Mapping, walked: Jobs | None = None) -> Jobs:
-    """Every job of a tree with its tasks. The checks of a target share one walk (`walked`, given to each as
-    `jobs`): the tree is walked here only without it."""
-    if walked is not None:
-        return walked
+def jobs_with_tasks(tree: Mapping) -> Jobs:
+    """Every job of a tree with its tasks: one walk, which the checks of a target share (their `jobs`)."""
     return [(key, job, list(tasks_of(job, ("resources", "jobs", key)))) for key, job in jobs_of(tree)]
 
 
@@ -61,12 +58,12 @@ def task_engine(task: Mapping) -> str | None:
     return task_option(task, "--engine")
 
 
-def task_clusters(tree: Mapping, jobs: Jobs | None = None) -> Iterator[tuple[Path, Mapping, Path, Mapping]]:
+def task_clusters(tree: Mapping, jobs: Jobs) -> Iterator[tuple[Path, Mapping, Path, Mapping]]:
     """(task path, task, cluster path, cluster spec) for every task that runs on a classic cluster the bundle
     defines: its own `new_cluster`, a job cluster by `job_cluster_key`, or an all-purpose cluster named by
     `existing_cluster_id: ${resources.clusters.KEY.id}`."""
     all_purpose = as_mapping(as_mapping(tree.get("resources")).get("clusters"))
-    for job_key, job, tasks in jobs_with_tasks(tree, jobs):
+    for job_key, job, tasks in jobs:
         job_path = ("resources", "jobs", job_key)
         job_clusters: dict[str, tuple[int, Mapping]] = {}
         for index, job_cluster in enumerate(as_list(job.get("job_clusters"))):
@@ -85,9 +82,8 @@ def task_clusters(tree: Mapping, jobs: Jobs | None = None) -> Iterator[tuple[Pat
                 yield task_path, task, ("resources", "clusters", named.group(1)), all_purpose[named.group(1)]
 
 
-def clusters_of(tree: Mapping, jobs: Jobs | None = None) -> Iterator[tuple[Path, Mapping, tuple[str, ...]]]:
+def clusters_of(tree: Mapping, jobs: Jobs) -> Iterator[tuple[Path, Mapping, tuple[str, ...]]]:
     """(path, cluster spec, engines trained on it) for every classic cluster of a merged tree."""
-    jobs = jobs_with_tasks(tree, jobs)
     engines: dict[Path, list[str]] = {}
     for _, task, cluster_path, _ in task_clusters(tree, jobs):
         engine = task_engine(task)

@@ -39,7 +39,7 @@ from pathlib import Path as FilePath
 from typing import Any, Iterator, Mapping
 
 from ..findings import Finding
-from .clusters import Jobs, as_list, as_mapping, jobs_with_tasks
+from .clusters import Jobs, as_list, as_mapping
 from .paths import Path, format_path, get_at
 from .sourced import file_at
 
@@ -58,14 +58,14 @@ SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")  # a URL scheme as Go's net/url
 
 
 def local_path_findings(tree: Mapping, sourced: Mapping, bundle_root: FilePath, kinds: dict,
-                        jobs: Jobs | None = None) -> list[Finding]:
+                        jobs: Jobs) -> list[Finding]:
     """A finding for every local path of a target's tree (its references resolved; `sourced`: the same tree before,
     which knows each value's file) that is missing, outside the sync root, or not what the CLI expects there.
     `kinds`: what is at each path from the bundle root, shared by every target so that no file is read twice."""
     levels_up = _sync_levels_up(tree, sourced)
     verdicts: dict[tuple, tuple[str, str, str] | None] = {}  # many values name the same path from the same folder
     findings = []
-    for path, literal, expected, anywhere in _resolved_paths(tree, jobs_with_tasks(tree, jobs)):
+    for path, literal, expected, anywhere in _resolved_paths(tree, jobs):
         value = literal.split(" ", 1)[1].strip().strip("\"'") if expected == "pip" else literal
         if not value or "${" in value or value.startswith("/") or SCHEME.match(value):
             continue

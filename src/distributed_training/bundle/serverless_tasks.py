@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from ..findings import Finding
 from ..serverless import check_accelerators, check_engine
-from .clusters import Jobs, as_mapping, jobs_with_tasks, task_engine
+from .clusters import Jobs, as_mapping, task_engine
 from .paths import Path, format_path
 
 CLASSIC_TASK_COMPUTE = ("job_cluster_key", "new_cluster", "existing_cluster_id", "libraries")
@@ -29,12 +29,12 @@ NOT_WORKSPACE = ("/Volumes/", "/dbfs/", "dbfs:", "s3:", "abfss:", "gs:")
 
 
 
-def serverless_gpu_findings(tree: Mapping, bundle_root: FilePath, jobs: Jobs | None = None) -> list[Finding]:
+def serverless_gpu_findings(bundle_root: FilePath, jobs: Jobs) -> list[Finding]:
     """Every `ai_runtime_task` of a target's tree (its references resolved): no classic compute beside it, one
     deployment (the preview's limit), accelerators the platform offers, paths as the CLI resolves them, and an engine
     whose loop runs under torchrun."""
     findings = []
-    for job_key, job, tasks in jobs_with_tasks(tree, jobs):
+    for job_key, job, tasks in jobs:
         gpu_tasks = [(path, task) for path, task in tasks if isinstance(task.get("ai_runtime_task"), dict)]
         for task_path, task in gpu_tasks:
             findings += _task_findings(task_path, task, bundle_root, "git_source" in job)

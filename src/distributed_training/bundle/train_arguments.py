@@ -15,10 +15,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path as FilePath
-from typing import Mapping
 
 from ..findings import Finding
-from .clusters import Jobs, jobs_with_tasks
+from .clusters import Jobs
 from .paths import format_path
 from .wheel_tasks import read_pyproject
 
@@ -37,10 +36,10 @@ print(json.dumps({"options": sorted(parser._option_string_actions), "engines": l
 READ_SECONDS = 60
 
 
-def train_argument_findings(tree: Mapping, bundle_root: FilePath, jobs: Jobs | None = None) -> list[Finding]:
+def train_argument_findings(bundle_root: FilePath, jobs: Jobs) -> list[Finding]:
     entry_points = _train_entry_points(bundle_root)
     calls = [(job_key, path, task["python_wheel_task"])
-             for job_key, _, tasks in jobs_with_tasks(tree, jobs) for path, task in tasks
+             for job_key, _, tasks in jobs for path, task in tasks
              if isinstance(task.get("python_wheel_task"), dict)
              and isinstance(task["python_wheel_task"].get("entry_point"), str)
              and task["python_wheel_task"]["entry_point"] in entry_points]

@@ -148,15 +148,15 @@ def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog, mem
     findings += missing_value_findings(variables, name)
     resolved = substitute(tree, resolver)
     jobs = jobs_with_tasks(resolved)  # one walk of every job's tasks for the checks below
-    findings += checks.job_cluster_key_findings(resolved, jobs)
+    findings += checks.job_cluster_key_findings(jobs)
     clusters = list(clusters_of(resolved, jobs))  # one walk for both checks of every cluster
     findings += checks.single_node_findings(clusters)
     findings += checks.num_nodes_findings(resolved, jobs)
-    findings += serverless_gpu_findings(resolved, bundle.root, jobs)
+    findings += serverless_gpu_findings(bundle.root, jobs)
     findings += local_path_findings(resolved, tree, bundle.root, memo.path_kinds, jobs)
-    findings += wheel_library_findings(resolved, jobs)
-    findings += wheel_task_findings(resolved, bundle.root, jobs)
-    findings += train_argument_findings(resolved, bundle.root, jobs)
+    findings += wheel_library_findings(jobs)
+    findings += wheel_task_findings(bundle.root, jobs)
+    findings += train_argument_findings(bundle.root, jobs)
     findings += guard_findings(clusters, catalog)
     return _with_files(findings, tree)
 

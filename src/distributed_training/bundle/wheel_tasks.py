@@ -18,7 +18,7 @@ from pathlib import Path as FilePath
 from typing import Any, Mapping
 
 from ..findings import Finding
-from .clusters import Jobs, jobs_with_tasks
+from .clusters import Jobs
 from .paths import format_path
 
 
@@ -59,9 +59,9 @@ def _entry_points(pyproject: Mapping) -> set[str]:
     return declared
 
 
-def wheel_library_findings(tree: Mapping, jobs: Jobs | None = None) -> list[Finding]:
+def wheel_library_findings(jobs: Jobs) -> list[Finding]:
     findings = []
-    for _, job, tasks in jobs_with_tasks(tree, jobs):
+    for _, job, tasks in jobs:
         environments = {environment.get("environment_key"): environment for environment in
                         (job.get("environments") if isinstance(job.get("environments"), list) else [])
                         if isinstance(environment, dict) and isinstance(environment.get("environment_key"), str)}
@@ -92,11 +92,11 @@ def _present(value: Any) -> bool:
     return (isinstance(value, list) and len(value) > 0) or (isinstance(value, str) and "${" in value)
 
 
-def wheel_task_findings(tree: Mapping, bundle_root: FilePath, jobs: Jobs | None = None) -> list[Finding]:
+def wheel_task_findings(bundle_root: FilePath, jobs: Jobs) -> list[Finding]:
     pyproject_path = bundle_root / "pyproject.toml"
     if not pyproject_path.is_file():
         return []
-    wheel_tasks = [(path, task["python_wheel_task"]) for _, _, tasks in jobs_with_tasks(tree, jobs)
+    wheel_tasks = [(path, task["python_wheel_task"]) for _, _, tasks in jobs
                    for path, task in tasks if isinstance(task.get("python_wheel_task"), dict)]
     if not wheel_tasks:
         return []
