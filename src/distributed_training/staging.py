@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import shutil
 import uuid
 
 from .config import Config
@@ -19,6 +20,8 @@ from .training.checkpoints import complete_steps
 from .training.data import MANIFEST, StagedData
 
 TEST_FRACTION = 0.2
+HELD_OUT, HASH_BUCKETS = "_held_out", 10_000  # a prepared row's side of the split, by a hash of it into buckets
+ROWS_DIR = "rows"  # the prepared rows with their side, while they are staged
 TOKENS_A_ROW = 1 << 16  # staged token streams are cut into rows of this many ids, so that row groups stay small:
 ROW_GROUP_BYTES = 4 << 20  # a rank copying its tokens to its local disk holds about one row group at a time
 
@@ -59,9 +62,20 @@ def cause(error: Exception) -> str:
     return text.splitlines()[-1 if "Traceback (most recent call last)" in text else 0]
 
 
-def split(prepared, seed: int):
+def held_out(prepared, seed: int, keep=()):
+    """Whether a prepared row is held out: by a seeded hash of its content, not by where it lies, so the same rows are
+    held out however often and however partitioned the table is read (score's --rows held-out finds them again), and
+    identical rows fall on one side. `keep`: columns carried along that are no part of the row (score's row key)."""
+    from pyspark.sql import functions as F
+
+    columns = [F.col("`" + name.replace("`", "``") + "`") for name in prepared.columns if name not in keep]
+    return F.pmod(F.xxhash64(F.lit(seed), *columns), F.lit(HASH_BUCKETS)) < round(TEST_FRACTION * HASH_BUCKETS)
+
+
+def split(prepared, seed: int, keep=()):
     """The seeded train/held-out split; every engine splits with it, so all are scored on the same held-out rows."""
-    return prepared.randomSplit([1 - TEST_FRACTION, TEST_FRACTION], seed=seed)
+    rule = held_out(prepared, seed, keep)
+    return prepared.where(~rule), prepared.where(rule)
 
 
 def fingerprint(spark, source: str, table) -> dict:
@@ -102,11 +116,18 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
                          "as it was: resuming would train on other data. Start a new run (a new job run, or another "
                          "--output-dir) to train on the table as it is, or --no-resume to start this one over")
     try:
-        prepared = task.prepare(table, config.task_options).cache()
+        prepared = task.prepare(table, config.task_options)
     except ValueError as error:  # the task says why the table does not fit it
         raise TableError(f"{config.table!r}: {error}") from None
+    rows_dir = os.path.join(config.staging_dir, ROWS_DIR)
     try:
-        train, test = split(prepared, config.seed)
+        # One pass over the table prepares and splits its rows into the staging folder; what follows reads them back
+        # (counts, statistics, the splits' files). Not cache(): serverless compute, where a serverless GPU job's stage
+        # task runs, refuses it (Databricks docs, "Serverless compute limitations": no caching APIs).
+        labelled = prepared.withColumn(HELD_OUT, held_out(prepared, config.seed))
+        labelled.write.mode("overwrite").partitionBy(HELD_OUT).parquet(rows_dir)
+        written = spark.read.schema(labelled.schema).parquet(rows_dir)
+        train, test = (written.where(~written[HELD_OUT]).drop(HELD_OUT), written.where(written[HELD_OUT]).drop(HELD_OUT))
         train_rows, test_rows = train.count(), test.count()
         if train_rows < world_size:
             raise TableError(f"{config.table!r} leaves {train_rows} training row(s) after preparation, fewer than the "
@@ -118,7 +139,7 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
         staged = StagedData(directory=config.staging_dir, task=config.task, source=config.table,
                             train_rows=train_rows, test_rows=test_rows, files_per_split=world_size,
                             stats=task.statistics(train, config.task_options), recipe=recipe,
-                            token_dtype=str(tokenize(prepared.limit(1).toPandas(), config.task_options).dtype)
+                            token_dtype=str(tokenize(train.limit(1).toPandas(), config.task_options).dtype)
                             if tokenize else None, staging_id=uuid.uuid4().hex)
         if before:  # the old manifest goes first: a staging cut short leaves none, so nothing uses half-written data
             os.unlink(os.path.join(config.staging_dir, MANIFEST))
@@ -131,7 +152,7 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
         raise TableError(f"staging {config.table!r} failed: {cause(error)}: fix what that names (the table's data, "
                          f"or the staging folder {config.staging_dir}), then run again") from None
     finally:
-        prepared.unpersist()
+        shutil.rmtree(rows_dir, ignore_errors=True)
     staged.save()
     return staged
 

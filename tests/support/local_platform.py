@@ -13,10 +13,12 @@ What it stands in for, and how (the sources are the Databricks CLI v1.13.0 and t
   not sleep out `min_retry_interval_millis`); `repair` reruns a run's unsuccessful tasks, again with the same job run
   id, and counts `{{job.repair_count}}`. The job runs and task runs are recorded in a `FakeWorkspace`, whose Jobs API
   (runs/get, runs/get-output) the tasks' own code may ask, over real HTTP.
-- The compute: `/Volumes/...` is a folder under the harness's root (the volumes' FUSE mount); a `python_wheel_task`
+- The compute: a task on serverless compute (an `environment_key`, no cluster) gets serverless compute's Spark: a Spark
+  Connect session that refuses to cache, as the platform does (serverless_compute.py); `/Volumes/...` is a folder under
+  the harness's root (the volumes' FUSE mount); a `python_wheel_task`
   runs its entry point (from the project's pyproject.toml) in a fresh Python with the project's `src/` on the path,
   where the wheel would be installed; a job cluster's GPUs are CPU processes here, so `--gpus-per-node G` becomes
-  `--processes N` (N = `cpu_processes`), and Spark is a local session. An `ai_runtime_task` runs its `command_path`
+  `--processes N` (N = `cpu_processes`), and a job cluster's Spark is a local session. An `ai_runtime_task` runs its `command_path`
   (the bundle's synced copy: `${workspace.file_path}` is the project folder) with what the AI Runtime sets on a node:
   CODE_SOURCE_PATH (the `code_source_path` folder, as the CLI packages and the runtime unpacks it), NODE_RANK,
   NUM_NODES, MASTER_ADDR, MASTER_PORT, WORLD_SIZE, LOCAL_WORLD_SIZE and MLFLOW_RUN_ID: an MLflow run the platform opens
@@ -43,6 +45,7 @@ from distributed_training.bundle.loader import load_bundle
 from distributed_training.bundle.references import Resolver, references_in, substitute
 from distributed_training.bundle.variables import Variable, target_variables
 
+from . import serverless_compute
 from .fake_workspace import DUMMY_TOKEN, FakeWorkspace
 
 DYNAMIC = re.compile(r"\{\{\s*([A-Za-z_][\w.`-]*)\s*\}\}")
@@ -193,7 +196,7 @@ class LocalPlatform:
         stop = (lambda: interrupt.when(run)) if interrupt and interrupt.task_key == key and \
             number in interrupt.attempts else None
         if "python_wheel_task" in task:
-            command, environ = self._wheel_task(task["python_wheel_task"], context)
+            command, environ = self._wheel_task(task["python_wheel_task"], context, on_serverless(task))
             mlflow_run = None
         elif "ai_runtime_task" in task:
             command, environ, mlflow_run = self._ai_runtime_task(task["ai_runtime_task"])
@@ -241,12 +244,18 @@ class LocalPlatform:
                 "DATABRICKS_TOKEN": DUMMY_TOKEN,
                 "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
 
-    def _wheel_task(self, wheel_task: dict, context: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    def _wheel_task(self, wheel_task: dict, context: dict[str, str],
+                    serverless: bool) -> tuple[list[str], dict[str, str]]:
         module, function = self._entry_point(wheel_task["package_name"], wheel_task["entry_point"])
         arguments = self._on_this_machine([_fill(parameter, context) for parameter in wheel_task.get("parameters", [])])
         code = (f"import sys; sys.argv[0] = {wheel_task['entry_point']!r}; "
                 f"from {module} import {function} as entry_point; sys.exit(entry_point())")
-        return [sys.executable, "-c", code, *arguments], self._base_environment()
+        environ = self._base_environment()
+        if serverless:  # serverless compute's Spark: Spark Connect, and no caching (support/serverless_compute.py)
+            code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+                    "import serverless_compute; serverless_compute.refuse_caching(); sys.path.pop(0); " + code)
+            environ["SPARK_REMOTE"] = serverless_compute.SPARK_REMOTE
+        return [sys.executable, "-c", code, *arguments], environ
 
     def _entry_point(self, package: str, name: str) -> tuple[str, str]:
         import tomllib
@@ -302,6 +311,11 @@ class LocalPlatform:
                    "WORLD_SIZE": str(per_node), "LOCAL_WORLD_SIZE": str(per_node), "MLFLOW_RUN_ID": mlflow_run[1]}
         environ.pop("PYTHONPATH")  # the node has the environment's packages, and the code source
         return ["bash", str(script)], environ, mlflow_run
+
+
+def on_serverless(task: dict) -> bool:
+    """A task on serverless compute: an environment, and no cluster (Jobs API: a task names one or the other)."""
+    return "environment_key" in task and not {"job_cluster_key", "new_cluster", "existing_cluster_id"} & set(task)
 
 
 def _in_dependency_order(tasks: dict[str, dict]) -> list[str]:

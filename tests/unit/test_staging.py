@@ -109,8 +109,12 @@ def test_a_half_done_staging_leaves_no_manifest_to_trust(spark, tmp_path, monkey
 
     from pyspark.sql.readwriter import DataFrameWriter
 
-    def lost(*_args, **_kwargs):
-        raise RuntimeError("the executors were lost")
+    write_parquet = DataFrameWriter.parquet
+
+    def lost(writer, path, *args, **kwargs):
+        if path == os.path.join(config.staging_dir, "train"):
+            raise RuntimeError("the executors were lost")
+        return write_parquet(writer, path, *args, **kwargs)
 
     monkeypatch.setattr(DataFrameWriter, "parquet", lost)  # cut short as it writes: the old manifest is gone first
     with pytest.raises(RuntimeError, match="executors were lost"):
@@ -141,3 +145,38 @@ def test_the_language_task_stages_uint16_tokens_and_each_rank_maps_one_local_cop
     fresh = restaged.shard("train", 0, 2)
     assert fresh.filename != copy and not os.path.exists(copy)
     assert len(restaged.shard("test", 1, 2, require_rows=False)) > 0
+
+
+def test_staging_caches_nothing_as_serverless_compute_refuses_it(spark, tmp_path, monkeypatch):
+    """The stage task of a serverless GPU job runs on serverless compute, which refuses DataFrame caching (Databricks
+    docs, "Serverless compute limitations"; before environment 5, `[NOT_SUPPORTED_WITH_SERVERLESS] PERSIST TABLE`):
+    staging must not call it. The prepared rows it wrote and read back are gone once the splits are written."""
+    from pyspark.sql import DataFrame
+
+    def refused(*_args, **_kwargs):
+        raise AssertionError("[NOT_SUPPORTED_WITH_SERVERLESS] PERSIST TABLE is not supported on serverless compute")
+
+    monkeypatch.setattr(DataFrame, "persist", refused)
+    monkeypatch.setattr(DataFrame, "cache", refused)
+    config = resolved_config(tmp_path / "run", LANGUAGE)
+    config = dataclasses.replace(config, table=write_sample(spark, LANGUAGE, tmp_path / "table", 300))
+    data = stage(spark, load_task(LANGUAGE), config, 2)
+    assert data.train_rows + data.test_rows == 300
+    assert sorted(os.listdir(config.staging_dir)) == [MANIFEST, "test", "train"]
+
+
+def test_the_same_rows_are_held_out_however_the_table_is_partitioned_or_ordered(spark, tmp_path):
+    """The split is a seeded hash of each prepared row, so score's --rows held-out finds the run's held-out rows
+    again from a table that Spark reads in other partitions, and identical rows never straddle the split."""
+    from distributed_training.staging import TEST_FRACTION, split
+
+    table = read_table(spark, write_sample(spark, FARE, tmp_path / "table", 2000), "unused")
+    prepared = load_task(FARE).prepare(table, load_task(FARE).Options())
+    held_out = lambda rows: sorted(map(tuple, split(rows, seed=7)[1].collect()))  # noqa: E731
+    once = held_out(prepared)
+    assert once == held_out(prepared.repartition(5).orderBy(prepared.columns[-1], ascending=False))
+    assert abs(len(once) / prepared.count() - TEST_FRACTION) < 0.05
+    assert held_out(prepared.unionAll(prepared)) == sorted(once + once)  # both copies of a row on the same side
+    train = sorted(map(tuple, split(prepared, seed=7)[0].collect()))
+    assert len(train) + len(once) == prepared.count() and not set(train) & set(once)
+    assert held_out(prepared) != sorted(map(tuple, split(prepared, seed=8)[1].collect()))  # the seed decides
