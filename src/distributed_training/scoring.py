@@ -1,7 +1,7 @@
 """`score --model RUN_DIR`: a finished run's model (model.pt, or a Spark ML run's pipeline) applied on Spark's workers
 to every row of a table, each row once with the task's outputs (null where `prepare` drops it), or to the run's
-held-out rows (`--rows held-out`); one model per Python worker (`mapInPandas`), on its task's GPU where there is one,
-bf16 where supported. The output is replaced whole, never appended to."""
+held-out rows (`--rows held-out`); one model per Python worker (`mapInPandas`), on the GPU Spark gives its task, or on
+one node `--models-per-gpu` a GPU, bf16 where supported. The output is replaced whole, never appended to."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import uuid
 
 from .config import DEFAULT_TASK, PACKAGE, SPARK_ML_ENGINE, STAGING_DIR, task_options, whole
 from .run_folder import METRICS_FILE, MODEL_FILE
-from .staging import TableError, cause, fingerprint, looks_like_path, read_table, spark_errors, split
+from .staging import TableError, cause, column, fingerprint, looks_like_path, read_table, spark_errors, split
 from .task_interface import TaskError, load_task
 from .training.data import StagedData
 
-ROW = "_score_row"  # each input row's number, while it is scored
+ROW = "_score_row"  # each input row's key, while it is scored
 _models: dict = {}  # in each Python worker: the model it loaded, by model.pt's path and time (a longer rerun of
 # the run rewrites it)
 
@@ -43,6 +43,7 @@ class Scoring:
     output: str
     held_out: bool
     batch_size: int
+    models_per_gpu: int
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,6 +54,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-table", metavar="TABLE", help="a table or parquet path (default RUN_DIR/scores)")
     parser.add_argument("--rows", choices=("all", "held-out"), default="all", help="each row once, or the held-out set")
     parser.add_argument("--batch-size", type=whole(1, 1 << 20), default=512, help="rows a model call (default 512)")
+    parser.add_argument("--models-per-gpu", type=whole(1, 64), default=1, help="on one node: the model copies (Python "
+                        "workers) each GPU holds at once (default 1; more for a small model)")
     parser.add_argument("--task", default=DEFAULT_TASK, help="the task the run must have trained")
     parser.add_argument("--local", action="store_true", help="score on local Spark, on this machine's CPU")
     return parser
@@ -74,7 +77,8 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
         raise ScoringError(f"--rows held-out scores the rows the run held out of its own table, but --table names "
                            f"{args.table}: drop one of them")
     common = dict(run_dir=run_dir, engine=metrics.get("engine"), output=args.output_table or
-                  os.path.join(run_dir, "scores"), held_out=args.rows == "held-out", batch_size=args.batch_size)
+                  os.path.join(run_dir, "scores"), held_out=args.rows == "held-out", batch_size=args.batch_size,
+                  models_per_gpu=args.models_per_gpu)
     if metrics.get("engine") == SPARK_ML_ENGINE:  # its own pipeline, whatever the project's task
         return Scoring(**common, task=SPARK_ML_ENGINE, options=None, stats=None, seed=metrics["seed"], source=None,
                        table=args.table or metrics["table"]), args.local
@@ -170,17 +174,28 @@ def scored(spark, scoring: Scoring):
             raise ScoringError(f"{scoring.table} changed since the run staged it ({then} then): its held-out rows "
                                "cannot be split out again; score --rows all")
         score_rows = functools.partial(scored_by_model, task=task, scoring=scoring)
-        outputs = [column.split()[0] for column in task.SCORES.split(",")]
-    if scoring.held_out:
-        return score_rows(table)
-    # Each input row numbered, scored where the task keeps it, and joined back (null outputs where it drops it): the
-    # number is read twice, from the same files in the same splits. A scored table scored again gets new outputs.
+        outputs = [declared.split()[0] for declared in task.SCORES.split(",")]
+    return score_rows(table) if scoring.held_out else every_row_once(table, score_rows, outputs)
+
+
+def every_row_once(table, score_rows, outputs: list[str]):
+    """Each row of the table keyed by its content, scored where the task keeps it, and joined back by the key (null
+    outputs where it drops it). The table is read twice, for the rows and for their scores: a key made of the row
+    itself gives every row its own scores even where the two reads differ (files replaced meanwhile), where a row
+    number would not (monotonically_increasing_id() depends on how each read splits the files). Identical rows share
+    their key, and their scores. A scored table scored again gets new outputs."""
+    keyed = table.withColumn(ROW, row_key(table))
+    scores = score_rows(keyed, keep=(ROW,)).select(ROW, *outputs).dropDuplicates([ROW])
+    return keyed.join(scores, ROW, "left").select(*[name for name in table.columns if name not in outputs], *outputs)
+
+
+def row_key(table):
+    """Two seeded 64-bit hashes of a row's content: distinct rows of even a billion share a 128-bit key with odds
+    under 1e-20. (Spark hashes no map: those columns go in as JSON.)"""
     from pyspark.sql import functions as F
 
-    numbered = table.withColumn(ROW, F.monotonically_increasing_id())
-    scores = score_rows(numbered, keep=(ROW,)).select(ROW, *outputs)
-    return numbered.join(scores, ROW, "left").select(*[name for name in table.columns if name not in outputs],
-                                                     *outputs)
+    values = [F.to_json(column(name)) if "map<" in kind else column(name) for name, kind in table.dtypes]
+    return F.array(F.xxhash64(F.lit(0), *values), F.xxhash64(F.lit(1), *values))
 
 
 def scored_by_model(table, task, scoring: Scoring, keep=()):
@@ -190,21 +205,53 @@ def scored_by_model(table, task, scoring: Scoring, keep=()):
     except ValueError as error:
         raise TableError(f"{scoring.table!r}: {error}") from None
     rows = split(rows, scoring.seed)[1] if scoring.held_out else rows
-    arguments = (scoring.run_dir, scoring.task, scoring.options, scoring.stats, scoring.batch_size)
+    gpus = shared_gpus(table.sparkSession)
+    if gpus:  # as many tasks as models the node's GPUs are to hold: each worker that runs one loads a model
+        rows = rows.repartition(gpus * scoring.models_per_gpu)
+    arguments = (scoring.run_dir, scoring.task, scoring.options, scoring.stats, scoring.batch_size, gpus)
     return rows.mapInPandas(lambda batches: score_batches(batches, *arguments),
                             f"{', '.join(f'`{name}` {kind}' for name, kind in rows.dtypes)}, {task.SCORES}")
 
 
-def score_batches(batches, run_dir: str, task_module: str, options, stats: dict, batch_size: int):
+def shared_gpus(spark) -> int:
+    """The GPUs the Python workers share by their partition's number: a single node's, where Spark runs in local mode
+    and schedules no GPUs to tasks (one task a core: unbounded, a model each); 0 where Spark gives each task a GPU of
+    its own (`spark.task.resource.gpu.amount` on a multi-node cluster) or there are none."""
+    if spark.conf.get("spark.master", "local").startswith("local"):
+        import torch
+
+        return torch.cuda.device_count()
+    executor_gpus, task_gpus = (float(spark.conf.get(f"spark.{kind}.resource.gpu.amount", "0") or 0)
+                                for kind in ("executor", "task"))
+    if executor_gpus and not task_gpus:
+        raise ScoringError("the cluster's executors have GPUs, but Spark gives none to a task "
+                           "(spark.task.resource.gpu.amount is 0): every Python worker would load a model onto a GPU "
+                           "of its choosing. Score on a cluster with spark.task.resource.gpu.amount 1 (the score "
+                           "job's own cluster), or on one node")
+    return 0
+
+
+def gpu_of(context, gpus: int) -> int | None:
+    """The GPU a worker's model goes to: the one Spark gave its task, else (one node) its partition's, else none."""
+    assigned = context.resources().get("gpu") if context else None
+    if assigned and assigned.addresses:
+        return int(assigned.addresses[0])
+    return context.partitionId() % gpus if gpus and context else None
+
+
+def score_batches(batches, run_dir: str, task_module: str, options, stats: dict, batch_size: int, gpus: int = 0):
     """In a Python worker: each batch of rows with its outputs, the model loaded once per worker."""
     import pandas as pd
     import torch
+    from pyspark import TaskContext
 
     task = load_task(task_module)
     path = os.path.join(run_dir, MODEL_FILE)
     key = (path, os.stat(path).st_mtime_ns)
     if key not in _models:
-        _models[key] = _load(task, path, options, stats)
+        gpu = gpu_of(TaskContext.get(), gpus)
+        device = torch.device("cuda", gpu) if gpu is not None and torch.cuda.is_available() else torch.device("cpu")
+        _models[key] = _load(task, path, options, stats, device)
     model, device = _models[key]
     low_precision = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
     for batch in batches:
@@ -215,16 +262,9 @@ def score_batches(batches, run_dir: str, task_module: str, options, stats: dict,
             yield pd.concat([rows, pd.DataFrame(outputs)], axis=1)
 
 
-def _load(task, path: str, options, stats: dict):
-    """The model on the worker's device: the task's GPU, else one by partition (workers share a node's GPUs), or CPU."""
+def _load(task, path: str, options, stats: dict, device):
     import torch
-    from pyspark import TaskContext
 
-    device, context = torch.device("cpu"), TaskContext.get()
-    if torch.cuda.is_available():
-        gpus = context.resources().get("gpu") if context else None
-        index = int(gpus.addresses[0]) if gpus and gpus.addresses else (context.partitionId() if context else 0)
-        device = torch.device("cuda", index % torch.cuda.device_count())
     model = task.build_model(stats, options)
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return model.to(device).eval(), device

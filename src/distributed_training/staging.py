@@ -68,8 +68,15 @@ def held_out(prepared, seed: int, keep=()):
     identical rows fall on one side. `keep`: columns carried along that are no part of the row (score's row key)."""
     from pyspark.sql import functions as F
 
-    columns = [F.col("`" + name.replace("`", "``") + "`") for name in prepared.columns if name not in keep]
+    columns = [column(name) for name in prepared.columns if name not in keep]
     return F.pmod(F.xxhash64(F.lit(seed), *columns), F.lit(HASH_BUCKETS)) < round(TEST_FRACTION * HASH_BUCKETS)
+
+
+def column(name: str):
+    """The column of that name, whatever characters it has (a dot would otherwise name a struct's field)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def split(prepared, seed: int, keep=()):
