@@ -63,9 +63,13 @@ def test_the_cluster_gets_no_heavy_package_and_the_tool_comes_with_the_test_extr
     assert not requirement_names(pyproject, ()) & HEAVY  # the wheel a job installs: the runtime has them
     [tool] = [requirement for requirement in pyproject["project"]["optional-dependencies"]["test"]
               if name_of(requirement) == "distributed-training"]
-    # never a path of the machine that generated it: a git URL pinned to a commit, or the name and version
+    # never a path of the machine that generated it, nor a file URL: from this checkout (no remote), the tool's wheel
+    # in the project's wheels/, by a version with a local label
     assert "file:" not in tool and str(REPOSITORY) not in tool
-    assert tool == load_extensions().tool_requirement(str(REPOSITORY / "templates" / "distributed-training"))
+    [wheel] = (project / "wheels").glob("*.whl")
+    version = wheel.name.split("-")[1]
+    assert tool == f"distributed-training[validate,remote]=={version}"
+    assert re.fullmatch(rf"{re.escape(TOOL['project']['version'])}\+local[0-9a-f]{{12}}", version)
     assert {"validate", "remote"} <= set(TOOL["project"]["optional-dependencies"])
     test = requirement_names(pyproject, ("test",))
     assert {"distributed-training", "jsonschema", "databricks-sdk", "pytest", "pyspark", "torch"} <= test
@@ -116,44 +120,81 @@ def load_extensions(repository: Path = REPOSITORY):
     return module
 
 
-def test_a_project_generated_from_a_git_url_pins_the_tool_to_the_commit_in_a_form_pip_accepts():
+def git(repository: Path, *arguments: str) -> str:
+    return subprocess.run(["git", "-C", str(repository), "-c", "user.name=t", "-c", "user.email=t@example.com",
+                           *arguments], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_a_project_generated_from_a_git_url_pins_the_tool_to_the_commit_over_https_without_credentials(capsys):
     """cookiecutter takes gh:/gl:/bb: abbreviations and scp-style git@host:org/repo; pip takes neither after git+
-    (PEP 508 wants a URL), so each is written out."""
+    (PEP 508 wants a URL), and a CI runner has no ssh key: each is written as https. A user name or token in the URL
+    (a GitLab CI clone's `https://gitlab-ci-token:<token>@host/...`) is never written."""
     extensions = load_extensions()
-    commit = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = git(REPOSITORY, "rev-parse", "HEAD")
     expected = {
         "gh:example/dt": "git+https://github.com/example/dt",
         "gl:group/dt": "git+https://gitlab.com/group/dt",
         "bb:team/dt": "git+https://bitbucket.org/team/dt",
-        "git@github.com:example/dt.git": "git+ssh://git@github.com/example/dt.git",
+        "git@github.com:example/dt.git": "git+https://github.com/example/dt.git",
+        "ssh://git@gitlab.example.com:2222/group/dt.git": "git+https://gitlab.example.com/group/dt.git",
         "git+https://example.com/dt.git": "git+https://example.com/dt.git",
-        "https://example.com/dt.git": "git+https://example.com/dt.git",
+        "https://example.com:8443/dt.git": "git+https://example.com:8443/dt.git",
+        "https://gitlab-ci-token:glcbt-SECRET@gitlab.example.com/group/dt.git":
+            "git+https://gitlab.example.com/group/dt.git",
+        "https://oauth2:SECRET@example.com/dt.git": "git+https://example.com/dt.git",
     }
     for template, url in expected.items():
-        requirement = Requirement(extensions.tool_requirement(template))
+        requirement = Requirement(extensions.tool_requirement({"_template": template}))
         assert (requirement.name, requirement.extras) == ("distributed-training", {"validate", "remote"})
         assert requirement.url == f"{url}@{commit}", template
+    warnings = capsys.readouterr().err
+    assert "SECRET" not in warnings
+    assert warnings.count("[tool-url-credentials]") == 2 and warnings.count("[tool-url-https]") == 2
+    assert "pyproject.toml:project.optional-dependencies.test: warning [tool-url-https] the template's git URL " \
+           "git@github.com:example/dt.git is written as https://github.com/example/dt.git" in warnings
 
 
-def test_a_project_generated_from_a_checkout_without_a_remote_names_the_tool_by_version(tmp_path):
-    """No path of the generating machine: the tool by name and version, which pip finds in a local wheel folder or
-    index (the generated README says how); the checkout's origin instead, when it is a remote one."""
-    clone = tmp_path / "template"  # a checkout of the template: its extensions, its version, a commit, no remote
+def template_checkout(tmp_path: Path) -> Path:
+    """A checkout of the template: its extensions, the tool's source and metadata, a commit, no remote."""
+    clone = tmp_path / "template"
     (clone / "templates" / "distributed-training").mkdir(parents=True)
-    for name in ("pyproject.toml", "templates/distributed-training/local_extensions.py"):
+    for name in ("pyproject.toml", "README.md", "templates/distributed-training/local_extensions.py"):
         shutil.copy(REPOSITORY / name, clone / name)
     (clone / "src").symlink_to(REPOSITORY / "src")
-    for command in (["init", "--quiet"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@example.com",
-                                                        "commit", "--quiet", "-m", "template"]):
-        subprocess.run(["git", "-C", str(clone), *command], check=True)
+    git(clone, "init", "--quiet")
+    git(clone, "add", ".")
+    git(clone, "commit", "--quiet", "-m", "template")
+    return clone
+
+
+def test_a_checkout_without_a_remote_gives_the_tool_as_a_wheel_in_the_project_and_a_remote_one_by_git(tmp_path,
+                                                                                                     capsys):
+    """No path of the generating machine: the tool's wheel, built into the project's wheels/ under a version with a
+    local label (the README says why no index can serve it); the checkout's origin instead, when it is a remote one,
+    with a warning while its commit is on no remote branch (`git branch -r --contains`): pip could not fetch it."""
+    clone = template_checkout(tmp_path)
     extensions = load_extensions(clone)
-    version = TOOL["project"]["version"]
-    assert extensions.tool_requirement(str(clone / "templates" / "distributed-training")) == \
-        f"distributed-training[validate,remote]=={version}"
-    subprocess.run(["git", "-C", str(clone), "remote", "add", "origin", "git@gitlab.com:team/dt.git"], check=True)
-    commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    assert Requirement(extensions.tool_requirement(str(clone / "templates" / "distributed-training"))).url == \
-        f"git+ssh://git@gitlab.com/team/dt.git@{commit.strip()}"
-    subprocess.run(["git", "-C", str(clone), "remote", "set-url", "origin", str(REPOSITORY)], check=True)
-    assert "==" in extensions.tool_requirement(str(clone / "templates" / "distributed-training"))  # a local origin
+    answers = {"_template": str(clone / "templates" / "distributed-training"), "_output_dir": str(tmp_path),
+               "project_slug": "my-training"}
+    (tmp_path / "my-training").mkdir()
+    requirement = Requirement(extensions.tool_requirement(answers))
+    [pin] = requirement.specifier
+    assert (requirement.url, pin.operator) == (None, "==")
+    assert pin.version.startswith(f"{TOOL['project']['version']}+local")
+    assert [path.name for path in (tmp_path / "my-training" / "wheels").iterdir()] == [
+        f"distributed_training-{pin.version}-py3-none-any.whl"]
+
+    git(clone, "remote", "add", "origin", "git@gitlab.com:team/dt.git")
+    pushed = git(clone, "rev-parse", "HEAD")
+    git(clone, "update-ref", "refs/remotes/origin/main", pushed)  # what a push leaves behind
+    capsys.readouterr()
+    assert Requirement(extensions.tool_requirement(answers)).url == f"git+https://gitlab.com/team/dt.git@{pushed}"
+    assert "tool-commit-not-pushed" not in capsys.readouterr().err
+    git(clone, "commit", "--quiet", "--allow-empty", "-m", "not pushed")
+    unpushed = git(clone, "rev-parse", "HEAD")
+    assert Requirement(extensions.tool_requirement(answers)).url == f"git+https://gitlab.com/team/dt.git@{unpushed}"
+    assert f"[tool-commit-not-pushed] the template's commit {unpushed[:12]} is on no remote branch" in \
+        capsys.readouterr().err
+
+    git(clone, "remote", "set-url", "origin", str(REPOSITORY))  # a local origin: not a remote one
+    assert "==" in extensions.tool_requirement(answers)

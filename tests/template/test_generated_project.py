@@ -3,8 +3,8 @@ fresh venv the way its README says, trains with DeepSpeed and (in its own tests)
 beats the trivial predictor, and passes its own tests.
 
 Slow (minutes): one venv for the module, with torch (a CPU build), the project with its `test` extra (pyspark,
-MLflow, Ray, and the tool: from a local wheel folder, built from this checkout, as the generated README says for a
-project generated from a checkout without a remote), then DeepSpeed built against that torch.
+MLflow, Ray, and the tool: from the wheel generation built into the project's `wheels/`, as the generated README says
+for a project generated from a checkout without a remote), then DeepSpeed built against that torch.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from distributed_training.compute.runtime import versions
+
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(3600)]
-TORCH, DEEPSPEED = "torch==2.13.0", "deepspeed==0.19.8"
+TORCH, DEEPSPEED = (f"{name}=={versions()['packages'][name]}" for name in ("torch", "deepspeed"))
 REPOSITORY = Path(__file__).resolve().parents[2]
 RATIO = 0.9  # held-out loss against the trivial predictor's (the unigram model) on the same rows
 
@@ -45,14 +47,12 @@ def installed(tmp_path_factory, render_into):
     requirement = next(line for line in (project / "pyproject.toml").read_text().splitlines()
                        if "distributed-training" in line)
     assert "file:" not in requirement and str(REPOSITORY) not in requirement, requirement
-    wheels = root / "wheels"  # the README's local wheel folder for the tool
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(REPOSITORY), "-w", str(wheels)], cwd=root)
     venv = root / "venv"
     run([sys.executable, "-m", "venv", str(venv)], cwd=project)
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "install", "--quiet"]
     run([*pip, TORCH], cwd=project)  # first, as the README says: a CPU build is enough
-    run([*pip, "--find-links", str(wheels), "-e", ".[test]"], cwd=project)
+    run([*pip, "--find-links", "wheels", "-e", ".[test]"], cwd=project)  # the project's own, committed with it
     run([*pip, "--no-build-isolation", DEEPSPEED], cwd=project)  # builds against the torch installed above
     env = {key: value for key, value in os.environ.items()
            if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}

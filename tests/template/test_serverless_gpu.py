@@ -24,6 +24,7 @@ from distributed_training.compute.runtime import versions
 from distributed_training.serverless import ACCELERATORS, SERVERLESS_ENGINES
 
 COMMAND_PATH = "${workspace.file_path}/src/command.sh"
+PINNED = versions()["packages"]
 
 
 def errors_of(project, schema):
@@ -80,9 +81,10 @@ def test_serverless_projects_validate_and_hand_the_run_to_torchrun(rendered, bun
     assert set(environments) == {"staging", "training"}
     for spec in environments.values():
         assert spec["environment_version"] == versions()["serverless"]["environment_version"]
-        assert "../dist/*.whl" in spec["dependencies"] and "mlflow-skinny>=3" in spec["dependencies"]
-    assert "deepspeed" not in environments["staging"]["dependencies"]  # the stage task has no torch
-    assert ("deepspeed" in environments["training"]["dependencies"]) == (engine == "deepspeed")
+        assert spec["dependencies"][:2] == ["../dist/*.whl", f"mlflow-skinny=={PINNED['mlflow-skinny']}"]
+    deepspeed = f"deepspeed=={PINNED['deepspeed']}"  # the versions the tests ran (tests/template/test_pinned_versions.py)
+    assert deepspeed not in environments["staging"]["dependencies"]  # the stage task has no torch
+    assert (deepspeed in environments["training"]["dependencies"]) == (engine == "deepspeed")
 
 
 @pytest.mark.parametrize("task", ["fare_regression", "causal_lm"])

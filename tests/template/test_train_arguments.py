@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 from distributed_training.bundle.validate import validate_bundle
+from distributed_training.compute.runtime import versions
 
 JOB = "resources/train_torch_distributor.job.yml"
 
@@ -52,6 +53,7 @@ def test_a_serverless_environment_without_torch_in_its_base_must_list_it(render)
     job.write_text(job.read_text().replace('environment_version: "4"', 'environment_version: "5"'))
     errors = {finding.rule for finding in findings(project) if finding.is_error}
     assert errors == {"serverless-environment-without-torch"}
-    job.write_text(job.read_text().replace("              - deepspeed\n",
-                                           "              - deepspeed\n              - torch==2.13.0\n"))
+    pinned = versions()["packages"]
+    deepspeed, torch = (f"              - {name}=={pinned[name]}\n" for name in ("deepspeed", "torch"))
+    job.write_text(job.read_text().replace(deepspeed, deepspeed + torch))
     assert [finding for finding in findings(project) if finding.is_error] == []

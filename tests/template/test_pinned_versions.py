@@ -1,0 +1,65 @@
+"""Every environment installs the versions the tests ran, from one definition (compute/versions.yaml `packages`):
+this repository's own pins (pyproject.toml's `local` extra, scripts/bootstrap.sh), the serverless environments'
+dependencies (the CLI's bundle schema, an environment's `dependencies`: "List of pip dependencies, as supported by the
+version of pip in this environment") and a generated project's `local` extra and README."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+from distributed_training.compute.runtime import versions
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+PINNED = versions()["packages"]
+PROJECT_WHEEL = "../dist/*.whl"  # the project's own wheel, built at deploy
+
+
+def pins(requirements: list[str]) -> dict[str, str]:
+    """name -> the version a list of requirements pins with `==` (an unpinned one fails here)."""
+    found = {}
+    for line in requirements:
+        requirement = Requirement(line)
+        [specifier] = requirement.specifier
+        assert specifier.operator == "==", f"{line}: not pinned"
+        found[requirement.name] = specifier.version
+    return found
+
+
+def test_this_repositorys_pins_are_versions_yaml():
+    local = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]["optional-dependencies"]["local"]
+    pinned_here = pins([line for line in local if "==" in line])
+    assert pinned_here == {name: PINNED[name] for name in ("pyspark", "ray", "mlflow-skinny")}
+    bootstrap = (REPOSITORY / "scripts" / "bootstrap.sh").read_text()
+    assert dict(re.findall(r"install [^\n]*?\b(torch|deepspeed)==([\w.]+)", bootstrap)) == {
+        name: PINNED[name] for name in ("torch", "deepspeed")}
+
+
+@pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed"])
+def test_every_serverless_environment_pins_every_dependency(rendered, engine):
+    project = rendered(compute="serverless_gpu", engine=engine, accelerator_type="GPU_8xH100")
+    job = yaml.safe_load((project / "resources" / f"train_{engine}.job.yml").read_text())["resources"]["jobs"]
+    [environments] = [job_settings["environments"] for job_settings in job.values()]
+    expected = {"staging": {"mlflow-skinny": PINNED["mlflow-skinny"]},
+                "training": {"mlflow-skinny": PINNED["mlflow-skinny"],
+                             **({"deepspeed": PINNED["deepspeed"]} if engine == "deepspeed" else {})}}
+    for environment in environments:
+        dependencies = environment["spec"]["dependencies"]
+        assert dependencies[0] == PROJECT_WHEEL
+        assert pins(dependencies[1:]) == expected[environment["environment_key"]]
+
+
+@pytest.mark.parametrize("engine", ["torch_distributor", "all"])
+def test_the_generated_local_extra_pins_what_the_tests_ran(rendered, engine):
+    local = tomllib.loads((rendered(engine=engine) / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]["local"]
+    pinned = pins([line for line in local if "==" in line])
+    assert pinned == {name: PINNED[name] for name in ("pyspark", "torch", "mlflow-skinny",
+                                                      *(["ray"] if engine == "all" else []))}
+    for name in ("README.md", ".github/workflows/ci.yml"):  # torch first, before the extras
+        assert f"pip install torch=={PINNED['torch']} " in (rendered(engine=engine) / name).read_text(), name
