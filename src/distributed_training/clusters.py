@@ -38,6 +38,9 @@ def new_cluster(engine: str, cloud: str, node_type_id: str, num_workers: int, sp
         cluster["is_single_node"] = True
     else:
         cluster["num_workers"] = num_workers
+        driver = coordinating_driver(node_type_id)
+        if driver is not None:
+            cluster["driver_node_type_id"] = driver
     cluster.update({"data_security_mode": versions()["access_modes"][access], "runtime_engine": "STANDARD",
                     **ON_DEMAND[cloud]})
     gpu_amount = REQUIREMENTS[engine].task_gpu_amount
@@ -47,6 +50,26 @@ def new_cluster(engine: str, cloud: str, node_type_id: str, num_workers: int, sp
     if allow_unknown_node_type:
         cluster["custom_tags"] = {OVERRIDE_TAG: "true"}
     return cluster
+
+
+def coordinating_driver(node_type_id: str, catalog: Catalog | None = None) -> str | None:
+    """The driver of a multi-node cluster of GPU workers: the smallest GPU node of the workers' own family, or None
+    where that is the workers' type (the default) or the type is not in the catalog.
+
+    On several nodes no engine trains on the driver: TorchDistributor and DeepSpeed run with local_mode=False, one
+    process per executor GPU (Databricks docs "Distributed training with TorchDistributor"); Ray on Spark's head node
+    runs there with no CPU or GPU for tasks, and Ray Train's workers on the worker nodes (ray.util.spark
+    setup_ray_cluster, num_gpus_head_node); Spark ML is CPU. It coordinates, so a full GPU node there idles. It keeps
+    a GPU (Databricks docs "GPU-enabled compute": the driver and worker types must be GPU instance types, and
+    compute/guards.py refuses a CPU driver on AWS), of the workers' model: precision is chosen from the driver's GPU
+    (launch.py)."""
+    catalog = catalog or default_catalog()
+    node = catalog.find(node_type_id)
+    if node is None or not node.has_gpu:
+        return None
+    smallest = min((kin for kin in catalog.family(node.family) if kin.has_gpu),
+                   key=lambda kin: (kin.gpus, kin.vcpus, kin.memory_gb))
+    return smallest.id if smallest.id != node.id else None
 
 
 def gpus_per_node(node_type_id: str, catalog: Catalog | None = None) -> int:

@@ -128,10 +128,11 @@ def _interruptible():
 
 
 def resolve(config: Config, engine, spark) -> Config:
-    """What depends on where the run is: GPUs per node (the driver's), precision, table (--local: the task's sample)."""
+    """What depends on where the run is: GPUs per training node, precision, table (--local: the task's sample)."""
     gpus = config.gpus_per_node
     if gpus is None:
-        gpus = 0 if config.local or config.processes or config.engine == "spark_ml_connect" else _driver_gpus()
+        on_cpu = config.local or config.processes or config.engine == "spark_ml_connect"
+        gpus = 0 if on_cpu else _node_gpus(config, spark)
     precision = config.precision
     if precision == "fp16" and not gpus:
         raise ConfigError("--precision fp16 needs GPUs, but this run trains on CPU: use fp32 (or bf16)")
@@ -147,14 +148,19 @@ def resolve(config: Config, engine, spark) -> Config:
                                table=table or engine.default_table(config))
 
 
-def _driver_gpus() -> int:
+def _node_gpus(config: Config, spark) -> int:
+    """The driver's GPUs on one node; on several, an executor's (a worker's): the driver there may be a smaller node."""
+    if config.num_nodes > 1:
+        from .compute.preflight import EXECUTOR_GPUS_CONF
+
+        return int(float(spark.conf.get(EXECUTOR_GPUS_CONF, "0")))
     import torch
 
     return torch.cuda.device_count()
 
 
 def _bf16_supported() -> bool:
-    """Ampere and newer (the driver's node is the workers' type); emulated bf16 (T4, V100: slow) gets fp16."""
+    """Ampere and newer by the driver's GPU, the workers' model; emulated bf16 (T4, V100: slow) gets fp16."""
     import torch
 
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)

@@ -216,10 +216,58 @@ def test_the_readme_installs_the_tool_that_builds_the_bundles_wheel(rendered):
     assert deploy.index(f"pip install {tool}") < deploy.index("databricks bundle deploy")
 
 
-def test_a_multi_node_job_says_what_its_idle_gpu_driver_costs(rendered):
-    """TorchDistributor's local_mode=False trains on the workers; the driver, a GPU node like them, coordinates."""
+def test_a_multi_node_job_names_its_coordinating_driver(rendered):
+    """TorchDistributor's local_mode=False trains on the workers; the driver, a smaller GPU node, coordinates."""
     job = (rendered(cloud="aws", num_workers=2) / "resources" / "train_torch_distributor.job.yml").read_text()
-    assert "2 worker nodes train. The driver is one more node of the same GPU type" in job
-    assert "its GPUs idle" in job and "advise" in job
-    assert "The driver is one more node" not in (rendered() / "resources" / "train_torch_distributor.job.yml"
+    assert "2 worker nodes train; the driver only coordinates" in job
+    assert "It is a g5.xlarge, the smallest GPU size of the workers' family" in job and "advise" in job
+    only_size = (rendered(cloud="aws", num_workers=2, node_type_id="p4d.24xlarge") / "resources" /
+                 "train_torch_distributor.job.yml").read_text()
+    assert "It is one more p4d.24xlarge, the only size of its family" in only_size
+    assert "the driver only coordinates" not in (rendered() / "resources" / "train_torch_distributor.job.yml"
                                                  ).read_text()
+
+
+@pytest.mark.parametrize("answers, workers, driver", [
+    ({"cloud": "aws", "engine": "all", "num_workers": 2}, "g5.12xlarge", "g5.xlarge"),
+    ({"engine": "all", "num_workers": 2}, "Standard_NC64as_T4_v3", "Standard_NC4as_T4_v3"),
+    ({"cloud": "gcp", "engine": "ray", "num_workers": 2, "node_type_id": "a2-highgpu-8g"}, "a2-highgpu-8g",
+     "a2-highgpu-1g"),
+    ({"cloud": "aws", "num_workers": 2, "node_type_id": "p4d.24xlarge"}, "p4d.24xlarge", None),
+], ids=["aws-g5", "azure-t4", "gcp-a100-ray", "aws-p4d-one-size"])
+def test_multi_node_gpu_clusters_take_the_smallest_gpu_size_of_the_workers_family_as_driver(
+        rendered, bundle_schema, answers, workers, driver):
+    """On several nodes no engine trains on the driver (TorchDistributor and DeepSpeed run local_mode=False, Ray on
+    Spark's head node has no GPU for tasks: ray.util.spark setup_ray_cluster's num_gpus_head_node defaults to 0 off
+    global mode). Databricks docs "GPU-enabled compute": the driver and worker types must be GPU instance types; of the
+    workers' GPU model, so that precision (launch.py, the driver's GPU) is the workers'. Spark ML's CPU cluster and
+    single nodes keep the default (the driver is of the workers' type)."""
+    project = rendered(**answers)
+    catalog = default_catalog()
+    for key, job in jobs_of(project).items():
+        cluster = cluster_of(job)
+        if key == "train_spark_ml_connect":
+            assert "driver_node_type_id" not in cluster
+            continue
+        assert cluster["node_type_id"] == workers, key
+        assert cluster.get("driver_node_type_id") == driver, key
+        if driver:
+            smaller, larger = catalog.find(driver), catalog.find(workers)
+            assert (smaller.family, smaller.gpu_model) == (larger.family, larger.gpu_model)
+            assert smaller.gpus < larger.gpus or smaller.vcpus < larger.vcpus
+    assert errors_of(project, bundle_schema) == []
+    assert "driver_node_type_id" not in cluster_of(jobs_of(rendered(engine="all"))["train_ray"])  # one node
+
+
+@pytest.mark.parametrize("answers", [{}, {"compute": "serverless_gpu"}], ids=["classic", "serverless"])
+def test_the_wheel_gets_a_version_of_its_own_at_each_deploy(rendered, bundle_schema, answers):
+    """`dynamic_version` (CLI bundle/config/artifact.go:48) patches each build's wheel to 0.1.0+<its mtime>
+    (libs/patchwheel/parse.go:24) and points the jobs' libraries and environments at it
+    (bundle/libraries/switch_to_patched_wheels.go): a redeployed wheel of an unchanged name was served stale
+    (databricks/cli#1621). The offline validate and the CLI's schema take the field."""
+    project = rendered(**answers)
+    artifact = yaml.safe_load((project / "databricks.yml").read_text())["artifacts"]["default"]
+    assert (artifact["type"], artifact["build"], artifact["dynamic_version"]) == ("whl", "uv build --wheel", True)
+    findings = validate_bundle(project, targets=["dev", "prod"], schema_path=bundle_schema)
+    assert [str(finding) for per_target in findings.values() for finding in per_target
+            if finding.is_error or "artifacts" in (finding.path or "")] == []

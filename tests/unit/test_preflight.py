@@ -57,3 +57,43 @@ def test_a_real_local_spark_session_is_observed_and_refused_for_what_it_lacks(sp
     assert rules(TrainingRequest("torch_distributor", 2, 0), observed) == ["preflight-single-node-cluster"]
     assert rules(TrainingRequest("torch_distributor", 1, 4), observed) == ["preflight-gpus-missing"]
     assert rules(TrainingRequest("torch_distributor", 1, 0), observed) == []
+
+
+GPU_RUNTIME = "17.3.x-gpu-ml-scala2.13"
+
+
+def driver_rules(driver_node_type_id):
+    """The findings about a 2-worker g5.12xlarge cluster's driver (the guards' and the preflight's own)."""
+    observed = cluster(driver_gpus=1, node_type_id="g5.12xlarge", spark_version=GPU_RUNTIME,
+                       driver_node_type_id=driver_node_type_id)
+    return [(finding.rule, finding.severity) for finding in check(TrainingRequest("torch_distributor", 2, 4), observed)
+            if "driver" in finding.rule]
+
+
+def test_the_driver_is_checked_against_the_workers_it_coordinates():
+    """The template's multi-node driver is the smallest GPU size of the workers' family. Precision is chosen from the
+    driver's GPU (launch.py), so a driver of another GPU model is a warning; a CPU driver beside GPU workers is the
+    guards' error on AWS (Databricks docs "GPU-enabled compute": GPU driver and worker types)."""
+    assert driver_rules("g5.xlarge") == []
+    assert driver_rules(None) == []  # the default: a driver of the workers' type
+    assert driver_rules("g4dn.xlarge") == [("preflight-driver-gpu-model", "warning")]
+    assert driver_rules("m5d.xlarge") == [("cpu-driver-gpu-workers", "error")]
+    [warning] = [finding for finding in check(TrainingRequest("torch_distributor", 2, 4), cluster(
+        driver_gpus=1, node_type_id="g5.12xlarge", spark_version=GPU_RUNTIME, driver_node_type_id="g4dn.xlarge"))
+        if finding.rule == "preflight-driver-gpu-model"]
+    assert warning.message == ("the driver g4dn.xlarge has T4 GPUs, the workers g5.12xlarge A10G: the precision "
+                               "follows the driver's")
+
+
+def test_the_driver_and_worker_types_are_read_from_the_clusters_usage_tags():
+    """Databricks sets clusterNodeType (the workers') and driverNodeType among a cluster's Spark confs."""
+    from types import SimpleNamespace
+
+    from distributed_training.compute.preflight import DRIVER_NODE_TYPE_CONF, NODE_TYPE_CONF, WORKERS_CONF, observe
+
+    conf = {"spark.master": "spark://10.0.0.1:7077", WORKERS_CONF: "2", NODE_TYPE_CONF: "g5.12xlarge",
+            DRIVER_NODE_TYPE_CONF: "g5.xlarge"}
+    session = SimpleNamespace(sparkContext=SimpleNamespace(getConf=lambda: SimpleNamespace(
+        getAll=lambda: list(conf.items()))))
+    observed = observe(session)
+    assert (observed.node_type_id, observed.driver_node_type_id, observed.workers) == ("g5.12xlarge", "g5.xlarge", 2)

@@ -1,18 +1,21 @@
 """Preflight: before any training starts, what the job asked for against what the cluster really has.
 
 Run at the start of `train` on the driver. The cluster's own settings go through the same guards as the template
-answers and `validate`; on top, the hardware the driver and executors see must match the job's request."""
+answers and `validate`; on top, the hardware the driver (one node) or the executors see must match the job's request."""
 
 from dataclasses import dataclass
 
 from ..findings import Finding
+from .catalog import default_catalog
 from .requirements import REQUIREMENTS
 from .guards import ClusterRequest, check_cluster
 
 # Cluster facts that Databricks exposes as Spark confs on every cluster.
-NODE_TYPE_CONF = "spark.databricks.clusterUsageTags.clusterNodeType"
+NODE_TYPE_CONF = "spark.databricks.clusterUsageTags.clusterNodeType"  # the workers'
+DRIVER_NODE_TYPE_CONF = "spark.databricks.clusterUsageTags.driverNodeType"
 WORKERS_CONF = "spark.databricks.clusterUsageTags.clusterWorkers"
 SPARK_VERSION_CONF = "spark.databricks.clusterUsageTags.sparkVersion"  # e.g. 17.3.x-gpu-ml-scala2.13
+EXECUTOR_GPUS_CONF = "spark.executor.resource.gpu.amount"  # a worker's GPUs, on a multi-node GPU cluster
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class ObservedCluster:
     spark_conf: dict[str, str]
     node_type_id: str | None = None
     spark_version: str | None = None
+    driver_node_type_id: str | None = None
 
     @property
     def single_node(self) -> bool:
@@ -44,7 +48,8 @@ def observe(spark) -> ObservedCluster:
     if workers is None:  # off Databricks: count the executors the driver knows, less the driver itself
         workers = max(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1, 0)
     return ObservedCluster(conf.get("spark.master", ""), torch.cuda.device_count(), int(workers), conf,
-                           node_type_id=conf.get(NODE_TYPE_CONF), spark_version=conf.get(SPARK_VERSION_CONF))
+                           node_type_id=conf.get(NODE_TYPE_CONF), spark_version=conf.get(SPARK_VERSION_CONF),
+                           driver_node_type_id=conf.get(DRIVER_NODE_TYPE_CONF))
 
 
 def check(request: TrainingRequest, observed: ObservedCluster) -> list[Finding]:
@@ -54,9 +59,18 @@ def check(request: TrainingRequest, observed: ObservedCluster) -> list[Finding]:
         # imported torch, so its runtime is an ML one whatever the key says.
         workers = 0 if observed.single_node else observed.workers
         as_running = ClusterRequest(observed.node_type_id, workers, observed.spark_version, engines=(request.engine,),
-                                    spark_conf=observed.spark_conf, use_ml_runtime=True)
+                                    spark_conf=observed.spark_conf, use_ml_runtime=True,
+                                    driver_node_type_id=observed.driver_node_type_id)
         # A node type missing from the catalog is not a reason to stop a job that is already running.
         findings += [finding for finding in check_cluster(as_running) if finding.rule != "unknown-node-type"]
+    catalog = default_catalog()  # precision follows the driver's GPU (launch.py): on several nodes, the workers' model
+    driver, worker = catalog.find(observed.driver_node_type_id or ""), catalog.find(observed.node_type_id or "")
+    if not observed.single_node and driver and worker and driver.has_gpu and worker.has_gpu \
+            and driver.gpu_model != worker.gpu_model:
+        findings.append(Finding("preflight-driver-gpu-model", f"the driver {driver.id} has {driver.gpu_model} GPUs, "
+                                f"the workers {worker.id} {worker.gpu_model}: the precision follows the driver's",
+                                "give the job cluster a driver_node_type_id of the workers' family, or pass "
+                                "--precision", severity="warning"))
     return findings
 
 
@@ -74,7 +88,7 @@ def _hardware_findings(request: TrainingRequest, observed: ObservedCluster):
                       f"pass --gpus-per-node {observed.driver_gpus}, or run on a node type with "
                       f"{request.gpus_per_node} GPUs")
     if request.num_nodes > 1 and request.gpus_per_node > 0:
-        executor_gpus = observed.spark_conf.get("spark.executor.resource.gpu.amount")
+        executor_gpus = observed.spark_conf.get(EXECUTOR_GPUS_CONF)
         if executor_gpus is not None and int(float(executor_gpus)) < request.gpus_per_node:
             yield Finding("preflight-gpus-missing", f"{wants}, but each executor has {executor_gpus} GPU(s) "
                           "(spark.executor.resource.gpu.amount)",
