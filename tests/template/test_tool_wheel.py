@@ -24,8 +24,10 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-# The machine's pip configuration (an index, find-links, constraints) stays out: only what the command line says.
-PIP_ENVIRONMENT = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
+# The machine's pip configuration (an index, find-links, constraints) stays out: only what the command line says;
+# and no PYTHONPATH, which would put a checkout's tool before the installed one.
+PIP_ENVIRONMENT = {**{key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
+                   "PIP_CONFIG_FILE": os.devnull}
 
 
 def run(command, cwd: Path) -> subprocess.CompletedProcess:
