@@ -11,7 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from distributed_training.bundle.clusters import clusters_of, guard_findings, jobs_with_tasks, request_from_cluster
+from distributed_training.bundle.clusters import (TRAINING_TAG, clusters_of, guard_findings, jobs_with_tasks,
+                                                  request_from_cluster, training_cluster)
 from distributed_training.compute import preflight
 from distributed_training.compute.catalog import Catalog, default_catalog
 from distributed_training.compute.guards import ClusterRequest, check_cluster
@@ -175,6 +176,53 @@ def test_one_walk_finds_every_cluster_form_with_the_engines_that_use_it():
         ("resources", "clusters", "shared"): ("spark_ml_connect",),
         ("resources", "clusters", "idle"): (),
     }
+
+
+CPU_ETL = {"spark_version": "15.4.x-scala2.12", "node_type_id": "m5.xlarge", "num_workers": 2}
+
+
+def guard_rules(cluster, engines=()):
+    return [(finding.rule, finding.severity, finding.path) for finding in guard_findings([(("c",), cluster, engines)])]
+
+
+@pytest.mark.parametrize("cluster, engines, judged", [
+    (CPU_ETL, (), False),  # an ordinary CPU cluster that runs no train task: not the guards' to judge
+    ({**CPU_ETL, "node_type_id": "Standard_E8ds_v5"}, (), False),
+    (CPU_ETL, ("spark_ml_connect",), True),  # a task runs train --engine on it
+    ({**CPU_ETL, "custom_tags": {TRAINING_TAG: "true"}}, (), True),  # its user marks it
+    ({**CPU_ETL, "node_type_id": "g5.12xlarge"}, (), True),  # a GPU node type of the catalog
+    ({**CPU_ETL, "spark_version": GPU_ML}, (), True),  # a GPU runtime, whatever its node type
+])
+def test_the_guards_judge_the_clusters_that_train(cluster, engines, judged):
+    assert training_cluster(cluster, engines, default_catalog()) is judged
+
+
+def test_a_cluster_outside_the_catalog_that_trains_nothing_passes_and_one_that_trains_is_refused():
+    assert guard_rules(CPU_ETL) == []
+    [(rule, severity, path)] = guard_rules({**CPU_ETL, "custom_tags": {TRAINING_TAG: "true"}})
+    assert (rule, severity, path) == ("unknown-node-type", "error", "c.node_type_id")
+
+
+def test_the_fix_for_an_unknown_node_type_reads_as_a_sentence_with_or_without_a_close_match():
+    [close] = check_cluster(request("Standard_NC64as_T4_v4"))
+    assert close.fix.startswith("did you mean Standard_NC64as_T4_v3") and "? Otherwise add it to" in close.fix
+    [far] = check_cluster(request("zz-unheard-of"))
+    assert far.fix.startswith("Add it to compute/node_types.yaml, or answer allow_unknown_node_type=yes"), far.fix
+
+
+@pytest.mark.parametrize("supplier, words", [
+    ({"policy_id": "P1", "apply_policy_default_values": True}, "the cluster policy 'P1' supplies it"),
+    ({"instance_pool_id": "pool-1"}, "the instance pool 'pool-1' supplies it"),
+    ({}, "a cluster policy's defaults must supply it"),
+])
+def test_a_value_a_policy_or_pool_supplies_is_a_warning_not_an_error(supplier, words):
+    """The node type and runtime of a cluster from a policy or a pool cannot be checked offline: a warning at each
+    field, and nothing else said about it (the run's preflight checks the cluster it gets)."""
+    cluster = {"num_workers": 0, "is_single_node": True, **supplier}
+    findings = guard_findings([(("c",), cluster, ("torch_distributor",))])
+    assert [(f.rule, f.severity, f.path) for f in findings] == [
+        ("cluster-not-checked", "warning", "c.node_type_id"), ("cluster-not-checked", "warning", "c.spark_version")]
+    assert all(words in finding.message for finding in findings)
 
 
 def test_unresolved_references_are_left_to_the_resolver():

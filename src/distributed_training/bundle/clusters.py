@@ -1,8 +1,15 @@
-"""Every classic cluster a bundle can define, found by one walk, and the guards over each of them.
+"""Every classic cluster a bundle can define, found by one walk, and the guards over the clusters that train.
 
 Job clusters (with the engines of the tasks that use them), a task's own `new_cluster`, the task inside a
 `for_each_task`, and all-purpose clusters under `resources.clusters` (with the engines of the tasks that name them
 by `existing_cluster_id: ${resources.clusters.KEY.id}`). The walk runs on each target's merged tree.
+
+The guards judge a cluster that trains (`training_cluster`): one a task runs the project's `train --engine E` on, one
+with GPUs (a GPU node type of the catalog, or a GPU runtime), or one its user marks with the custom tag
+`training: "true"`. Any other cluster (an ETL job's, a dashboard's warehouse-side work) is not theirs to judge: the
+Databricks CLI accepts any node type, and so does `validate`. A value a cluster policy or an instance pool supplies
+(no `node_type_id`, no `spark_version` in the bundle) cannot be checked offline: a warning, and the run's preflight
+checks what the cluster really got.
 """
 
 from __future__ import annotations
@@ -10,12 +17,19 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator, Mapping
 
-from ..compute.catalog import Catalog
+from ..compute.catalog import Catalog, default_catalog
 from ..compute.guards import OVERRIDE_TAG, ClusterRequest, check_cluster
+from ..compute.runtime import parse_runtime
 from ..findings import Finding
 from .paths import Path, format_path
 
 CLUSTER_REFERENCE = re.compile(r"^\$\{resources\.clusters\.([^.}]+)\.id\}$")
+# Custom tag a user sets to "true" to have the guards judge a cluster that runs no `train` task and has no GPU.
+TRAINING_TAG = "training"
+# What may supply a field a cluster leaves out, and the fields the guards read that it may supply, with the rule
+# that would otherwise judge each.
+SUPPLIERS = (("policy_id", "cluster policy"), ("instance_pool_id", "instance pool"))
+SUPPLIED_FIELDS = {"node_type_id": "unknown-node-type", "spark_version": "unknown-spark-version"}
 
 
 def as_mapping(value: Any) -> Mapping:
@@ -144,8 +158,34 @@ def request_from_cluster(cluster: Mapping, engines: tuple[str, ...] = (), cloud:
 
 def guard_findings(clusters: list[tuple[Path, Mapping, tuple[str, ...]]], catalog: Catalog | None = None
                    ) -> list[Finding]:
-    """The guards on every cluster of a merged tree (one target: its `clusters_of`), with `path` set inside it."""
+    """The guards on every cluster of a merged tree that trains (one target: its `clusters_of`), with `path` set
+    inside it; a field the bundle leaves to a policy or a pool is a warning in place of the guard's verdict on it."""
+    catalog = catalog or default_catalog()
     findings: list[Finding] = []
     for path, cluster, engines in clusters:
-        findings += check_cluster(request_from_cluster(cluster, engines), format_path(path), catalog)
+        if not training_cluster(cluster, engines, catalog):
+            continue
+        where = format_path(path)
+        unset = [field for field in SUPPLIED_FIELDS if cluster.get(field) in (None, "")]
+        findings += [_not_checked(cluster, field, f"{where}.{field}") for field in unset]
+        left_to_supplier = {(SUPPLIED_FIELDS[field], f"{where}.{field}") for field in unset}
+        findings += [finding for finding in check_cluster(request_from_cluster(cluster, engines), where, catalog)
+                     if (finding.rule, finding.path) not in left_to_supplier]
     return findings
+
+
+def training_cluster(cluster: Mapping, engines: tuple[str, ...], catalog: Catalog) -> bool:
+    """Whether the guards judge `cluster`: it runs `train` (`engines`), has GPUs, or carries the training tag."""
+    if engines or str(as_mapping(cluster.get("custom_tags")).get(TRAINING_TAG, "")).lower() == "true":
+        return True
+    node = catalog.find(str(cluster.get("node_type_id", "")))
+    runtime = parse_runtime(str(cluster.get("spark_version", "")))
+    return (node is not None and node.has_gpu) or (runtime is not None and runtime.gpu)
+
+
+def _not_checked(cluster: Mapping, field: str, where: str) -> Finding:
+    supplied = [f"the {name} {cluster[key]!r}" for key, name in SUPPLIERS if cluster.get(key)]
+    source = f"{' or '.join(supplied)} supplies it" if supplied else "a cluster policy's defaults must supply it"
+    return Finding("cluster-not-checked", f"the cluster sets no {field} ({source}): the guards cannot check it "
+                   "offline", f"set {field} in the bundle to have it checked now; else the run's preflight checks "
+                   "the cluster it gets", path=where, severity="warning")

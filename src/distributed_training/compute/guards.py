@@ -71,9 +71,9 @@ def _unknown_node_type(request: ClusterRequest, catalog: Catalog, path: str) -> 
     if request.allow_unknown_node_type:
         return Finding("unknown-node-type", message + "; accepted because unknown node types were allowed",
                        "check its GPUs and network yourself: no guard can", path=path, severity="warning")
-    suggestion = f"did you mean {', '.join(closest)}? " if closest else ""
+    suggestion = f"did you mean {', '.join(closest)}? Otherwise add" if closest else "Add"
     return Finding("unknown-node-type", message,
-                   f"{suggestion}Otherwise add it to compute/node_types.yaml, or answer allow_unknown_node_type=yes "
+                   f"{suggestion} it to compute/node_types.yaml, or answer allow_unknown_node_type=yes "
                    f"(recorded as the cluster's custom tag {OVERRIDE_TAG}) if you know it is right", path=path)
 
 
