@@ -139,7 +139,7 @@ def test_every_value_replaced_by_every_wrong_type_is_reported_or_accepted_never_
     schema layer, when CI provides the schema, sees every fifth mutation: all of them would take minutes."""
     schema = os.environ.get("DATABRICKS_BUNDLE_SCHEMA")
     monkeypatch.delenv("DATABRICKS_BUNDLE_SCHEMA", raising=False)
-    crashed, codes = [], {}
+    crashed, outcomes = [], {"error": 0, "warning": 0, "clean": 0}
     for number, (file, path, value) in enumerate(MUTATIONS):
         bundle = tmp_path / "bundle"
         shutil.rmtree(bundle, ignore_errors=True)
@@ -151,11 +151,15 @@ def test_every_value_replaced_by_every_wrong_type_is_reported_or_accepted_never_
         except Exception as error:  # noqa: BLE001 - collected, so one run lists every crash
             crashed.append(f"{file}:{'.'.join(map(str, path))} = {value!r}: {type(error).__name__}: {error}")
             continue
-        codes[code] = codes.get(code, 0) + 1
         assert code in (0, 1), f"{file}:{path} = {value!r} exited {code}: {output}"
+        outcome = "error" if code == 1 else "clean" if " 0 warnings (" in output.splitlines()[-1] else "warning"
+        outcomes[outcome] += 1
     assert crashed == [], "\n".join(crashed)
-    # Many wrong values are errors even without the JSON schema (which CI adds); a description may well be a number.
-    assert codes.get(1, 0) > len(MUTATIONS) / 3, codes
+    # Most wrong values are reported even without the JSON schema (which CI adds): as errors where the CLI refuses
+    # them (a missing bundle name, a dangling job cluster, a guard), as warnings where its loader drops them with one
+    # (libs/dyn/convert/normalize.go); a description may well be a number.
+    assert outcomes["error"] > len(MUTATIONS) / 5 and outcomes["error"] + outcomes["warning"] > len(MUTATIONS) / 2, \
+        outcomes
 
 
 SERVERLESS_JOB = {"resources": {"jobs": {"finetune": {

@@ -1,4 +1,4 @@
-"""`validate` on the command line: exit codes 0 / 1 / 2, output, the schema from the environment."""
+"""`validate` on the command line: exit codes 0 / 1 / 2, output, the schema from the environment, `--strict`."""
 
 from __future__ import annotations
 
@@ -34,10 +34,23 @@ def test_errors_exit_1_with_file_path_rule_fix_and_a_summary_per_target(capsys, 
     assert main(["validate", str(BUNDLES / "target_overrides")]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert "== target prod ==" in lines
-    assert ("databricks.yml:resources.jobs.train.job_clusters[0].new_cluster.num_workers: error "
+    assert "databricks.yml:variables.schema: error [variable-without-value]" in "\n".join(lines)
+    assert ("databricks.yml:resources.jobs.train.job_clusters[0].new_cluster.num_workers: warning "
             "[single-node-incomplete]") in "\n".join(lines)
     assert any(line.strip().startswith("fix: ") for line in lines)
-    assert lines[-1] == "2 errors, 0 warnings (dev: 0 errors, 0 warnings; prod: 2 errors, 0 warnings)"
+    assert lines[-1] == "1 error, 1 warning (dev: 0 errors, 0 warnings; prod: 1 error, 1 warning)"
+
+
+def test_strict_fails_on_warnings_as_the_clis_strict_does(capsys, monkeypatch):
+    """cmd/bundle/validate.go: `--strict` "Treat warnings as errors": the findings print as they are, the exit is 1."""
+    monkeypatch.delenv(SCHEMA_ENV, raising=False)
+    assert main(["validate", str(BUNDLES / "unknown_field_typed")]) == 0
+    warned = capsys.readouterr().out
+    assert main(["validate", str(BUNDLES / "unknown_field_typed"), "--strict"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == warned and "warning [unknown-field] unknown field 'autotermination_minute'" in warned
+    assert captured.err == "error: 1 warning found, and --strict allows none\n"
+    assert main(["validate", str(BUNDLES / "good"), "--strict"]) == 0
 
 
 def test_target_option_checks_that_target_only(capsys, monkeypatch):

@@ -37,9 +37,7 @@ def errors(report: dict) -> set[tuple[str, str | None, str | None]]:
     ("include_matches_nothing", ("include-file-missing", "databricks.yml", "include[1]")),
     ("wheel_entry_point_missing", ("wheel-entry-point-missing", JOB_FILE, f"{TASK}.python_wheel_task.entry_point")),
     ("production_without_root_path", ("production-without-root-path", "databricks.yml", "targets.prod")),
-    ("single_node_incomplete", ("single-node-incomplete", JOB_FILE, f"{CLUSTER}.num_workers")),
     ("single_node_mixed_forms", ("single-node-mixed-forms", JOB_FILE, CLUSTER)),
-    ("unknown_field_typed", ("typed", JOB_FILE, f"{CLUSTER}.autotermination_minute")),
     ("yaml_syntax_error", ("yaml-syntax", JOB_FILE, None)),
     # its own catalog (src/example/compute/node_types.yaml) is from before the NCv3 retirement
     ("guard_azure_nc_multi_node", ("azure-nc-multi-node", JOB_FILE, f"{CLUSTER}.num_workers")),
@@ -47,6 +45,19 @@ def errors(report: dict) -> set[tuple[str, str | None, str | None]]:
 ])
 def test_broken_bundle_is_refused_for_its_defect_only(bundle, expected):
     assert errors(validate_bundle(BUNDLES / bundle)) == {expected}
+
+
+@pytest.mark.parametrize("bundle, expected", [
+    # the CLI warns "Single node cluster is not correctly configured" (bundle/config/validate/single_node_cluster.go)
+    ("single_node_incomplete", ("single-node-incomplete", JOB_FILE, f"{CLUSTER}.num_workers")),
+    # the CLI warns "unknown field: autotermination_minute" and drops it (libs/dyn/convert/normalize.go)
+    ("unknown_field_typed", ("unknown-field", JOB_FILE, f"{CLUSTER}.autotermination_minute")),
+])
+def test_a_defect_the_cli_warns_about_is_a_warning_for_its_defect_only(bundle, expected):
+    report = validate_bundle(BUNDLES / bundle)
+    assert errors(report) == set()
+    assert {(finding.rule, finding.file, finding.path) for findings in report.values() for finding in findings} == {
+        expected}
 
 
 def test_yaml_syntax_error_names_the_line():
@@ -62,9 +73,9 @@ def test_good_bundle_is_clean_in_every_target():
 def test_target_override_is_blamed_on_the_file_that_makes_it():
     report = validate_bundle(BUNDLES / "target_overrides")
     assert report["dev"] == []
-    assert {(finding.rule, finding.file, finding.path) for finding in report["prod"]} == {
-        ("variable-without-value", "databricks.yml", "variables.schema"),
-        ("single-node-incomplete", "databricks.yml", f"{CLUSTER}.num_workers"),
+    assert {(finding.rule, finding.severity, finding.file, finding.path) for finding in report["prod"]} == {
+        ("variable-without-value", "error", "databricks.yml", "variables.schema"),
+        ("single-node-incomplete", "warning", "databricks.yml", f"{CLUSTER}.num_workers"),
     }
 
 
@@ -74,7 +85,7 @@ def test_one_target_can_be_chosen():
 
 def test_without_the_typed_classes_one_warning_says_how_to_install_them(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "databricks.bundles.jobs", None)
-    report = validate_bundle(BUNDLES / "unknown_field_typed")
+    report = validate_bundle(BUNDLES / "good")
     [finding] = report["dev"]
     assert (finding.rule, finding.severity) == ("typed-classes-missing", "warning")
     assert "pip install databricks-bundles" in finding.fix
@@ -160,7 +171,14 @@ def test_without_the_projects_catalog_the_same_clusters_are_retired(nc_clusters_
 GPU_TASK = "resources.jobs.train.tasks[0]"
 CODE_SOURCE = f"{GPU_TASK}.ai_runtime_task.code_source_path"
 COMMAND = f"{GPU_TASK}.ai_runtime_task.deployments[0].command_path"
-PROJECT_FILES = {"databricks.yml": ROOT, "src/command.sh": "torchrun -m example\n",
+# A development target as the template writes it for serverless GPU: source-linked deployment off, so that a deploy
+# from a workspace Git folder packages code_source_path too (bundle/config/mutator/aicode/validate.go).
+SERVERLESS_ROOT = """
+    bundle: {name: written}
+    include: [resources/*.yml]
+    targets: {dev: {mode: development, default: true, presets: {source_linked_deployment: false}}}
+    """
+PROJECT_FILES = {"databricks.yml": SERVERLESS_ROOT, "src/command.sh": "torchrun -m example\n",
                  "src/example/__init__.py": ""}
 
 
@@ -192,8 +210,9 @@ def test_the_paths_the_template_writes_pass(tmp_path):
     # bundle/config/mutator/aicode/validate.go in databricks/cli v1.13.0: a local code_source_path is joined onto
     # the bundle (sync) root, not the YAML file's folder, and must stay inside the bundle
     ({"code_source_path": "../src"}, ("code-source-outside-bundle", "error", CODE_SOURCE)),
-    # the CLI packages a folder into a tarball (v1.11.0+): a file is not one
-    ({"code_source_path": "src/command.sh"}, ("code-source-missing", "error", CODE_SOURCE)),
+    # aicode/validate.go leaves a path that is no folder to the artifact upload (TestValidateNonDirectoryCodeSource-
+    # IsSkipped, bundle/libraries/remote_path.go): with nothing there and no artifact that builds it, there is
+    # nothing to upload
     ({"code_source_path": "source"}, ("code-source-missing", "error", CODE_SOURCE)),
     # aicode/validate.go: a local code_source_path is rejected inside for_each_task and with git_source
     ({"for_each": True}, ("code-source-in-for-each", "error", "resources.jobs.train.tasks[0].for_each_task.task."
@@ -218,6 +237,8 @@ def test_a_serverless_path_the_cli_would_refuse_is_reported_where_it_is_written(
 @pytest.mark.parametrize("changes", [
     {"command_path": "../src/command.sh"},  # relative to resources/, the CLI's reading of it
     {"code_source_path": "./src/"},
+    # a file is uploaded as it is, a prebuilt tarball (aicode/validate.go, TestValidateNonDirectoryCodeSourceIsSkipped)
+    {"code_source_path": "src/command.sh"},
     {"code_source_path": "/Workspace/Shared/code"},  # a workspace or volume path is not the project's to check
     {"code_source_path": "/Volumes/main/default/code", "for_each": True},
 ])

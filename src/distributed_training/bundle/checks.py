@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from ..findings import Finding
 from .clusters import Jobs, as_mapping, task_clusters, task_option
 from .paths import Path, format_path
+from .sourced import file_at
 
 SINGLE_NODE_PROFILE = ("spark.databricks.cluster.profile", "singleNode")
 SINGLE_NODE_TAG = ("ResourceClass", "SingleNode")
@@ -20,8 +21,10 @@ NEW_SINGLE_NODE = "kind: CLASSIC_PREVIEW, is_single_node: true (and use_ml_runti
 
 
 def resource_shape_findings(tree: Mapping) -> list[Finding]:
-    """`resources` must map resource types to mappings of resource keys to resource mappings. The schema says so
-    too, but it is optional: without it a list here would otherwise pass unnoticed."""
+    """`resources` maps resource types to mappings of resource keys to resource mappings. A resource left empty
+    (`my_job:` with nothing after it) is an error, as for the CLI ("job my_job is not defined",
+    bundle/config/validate/all_resources_have_values.go); any other value that is not a mapping is a warning: the CLI's
+    loader drops it with one (libs/dyn/convert/normalize.go). The schema says so too, but it is optional."""
     resources = tree.get("resources")
     if resources is None:
         return []
@@ -29,10 +32,16 @@ def resource_shape_findings(tree: Mapping) -> list[Finding]:
         return [_not_a_mapping(("resources",), "of resource types (jobs, pipelines, ...)")]
     findings = []
     for resource_type, of_type in as_mapping(resources).items():
-        if not _mapping_or_reference(of_type):
+        if of_type is not None and not _mapping_or_reference(of_type):
             findings.append(_not_a_mapping(("resources", resource_type), "of resource keys to resources"))
-        findings += [_not_a_mapping(("resources", resource_type, key), "of the resource's fields")
-                     for key, resource in as_mapping(of_type).items() if not _mapping_or_reference(resource)]
+        for key, resource in as_mapping(of_type).items():
+            if resource is None:
+                singular = str(resource_type).removesuffix("s")
+                findings.append(Finding("resource-not-defined", f"{singular} {key} is not defined: it has no fields "
+                                        "(the CLI stops here)", f"give resources.{resource_type}.{key} its fields, or "
+                                        "remove the key", path=format_path(("resources", resource_type, key))))
+            elif not _mapping_or_reference(resource):
+                findings.append(_not_a_mapping(("resources", resource_type, key), "of the resource's fields"))
     return findings
 
 
@@ -41,8 +50,8 @@ def _mapping_or_reference(value: Any) -> bool:
 
 
 def _not_a_mapping(path: Path, of_what: str) -> Finding:
-    return Finding("not-a-mapping", f"{format_path(path)} must be a mapping {of_what}",
-                   f"write {format_path(path)} as a mapping {of_what}", path=format_path(path))
+    return Finding("not-a-mapping", f"{format_path(path)} must be a mapping {of_what}: the CLI drops it with a warning",
+                   f"write {format_path(path)} as a mapping {of_what}", path=format_path(path), severity="warning")
 
 
 def job_cluster_key_findings(jobs: Jobs) -> list[Finding]:
@@ -90,7 +99,6 @@ def _workers(cluster: Mapping) -> int | None:
 
 def _single_node_cluster(cluster: Mapping, path: Path) -> list[Finding]:
     classic_parts = _classic_single_node_parts(cluster)
-    new_form = cluster.get("kind") == "CLASSIC_PREVIEW" and cluster.get("is_single_node") is True
     workers = _workers(cluster)
     if workers:
         single = [part for part, there in classic_parts.items() if there]
@@ -110,14 +118,15 @@ def _single_node_cluster(cluster: Mapping, path: Path) -> list[Finding]:
                         f"keep one form: either {NEW_SINGLE_NODE}, or {CLASSIC_SINGLE_NODE}; the API refuses both",
                         path=format_path(path))]
     num_workers = cluster.get("num_workers")
-    if num_workers != 0 or "policy_id" in cluster or new_form or all(classic_parts.values()):
+    if num_workers != 0 or "policy_id" in cluster or cluster.get("is_single_node") is True \
+            or all(classic_parts.values()):
         return []  # a cluster policy may supply the single-node settings itself
     missing = [part for part, there in classic_parts.items() if not there]
     return [Finding("single-node-incomplete",
                     f"num_workers is 0 but the cluster is not set up as single node (missing: {', '.join(missing)}): "
-                    "Spark would wait for workers that never come",
-                    f"use the classic form, {CLASSIC_SINGLE_NODE}, or the new one, {NEW_SINGLE_NODE}",
-                    path=format_path((*path, "num_workers")))]
+                    "Spark would wait for workers that never come (the CLI warns: bundle/config/validate/"
+                    "single_node_cluster.go)", f"use the classic form, {CLASSIC_SINGLE_NODE}, or the new one, "
+                    f"{NEW_SINGLE_NODE}", path=format_path((*path, "num_workers")), severity="warning")]
 
 
 def num_nodes_findings(tree: Mapping, jobs: Jobs) -> list[Finding]:
@@ -152,7 +161,7 @@ def bundle_name_findings(tree: Mapping) -> list[Finding]:
     (bundle/config/mutator/default_workspace_root.go: "bundle name not defined"; the schema's config.Bundle
     requires it too)."""
     name = as_mapping(tree.get("bundle")).get("name")
-    if isinstance(name, str) and name.strip():
+    if isinstance(name, (int, float)) or (isinstance(name, str) and name):  # a number is read as its text
         return []
     what = "is empty" if isinstance(name, str) else "is missing" if name is None else f"is {name!r}, not a name"
     return [Finding("bundle-name-missing", f"bundle.name {what}: the CLI stops (\"unable to define default "
@@ -160,20 +169,37 @@ def bundle_name_findings(tree: Mapping) -> list[Finding]:
                     "databricks.yml", path="bundle.name")]
 
 
-def production_root_path_findings(root_tree: Mapping) -> list[Finding]:
-    """A `mode: production` target must set `workspace.root_path` itself (not inherit a shared one)."""
-    findings = []
-    for name, target in as_mapping(root_tree.get("targets")).items():
-        target = as_mapping(target)
-        if target.get("mode") == "production" and not as_mapping(target.get("workspace")).get("root_path"):
-            findings.append(Finding(
-                "production-without-root-path",
-                f"target {name!r} is in production mode but does not set its own workspace.root_path, so its "
-                "deployment would land in a folder tied to whoever deploys it",
-                f"set targets.{name}.workspace.root_path, e.g. /Workspace/Shared/.bundle/${{bundle.name}}/"
-                "${bundle.target} (or a service principal's home)",
-                path=format_path(("targets", str(name)))))
-    return findings
+def production_root_path_findings(root_tree: Mapping, target: str, tree: Mapping) -> list[Finding]:
+    """A `mode: production` target must set `workspace.root_path` itself (not inherit a shared one): the CLI refuses it
+    otherwise, and only recommends it when run_as is set for every job, or a service principal deploys
+    (bundle/config/mutator/resourcemutator/validate_target_mode.go, validateProductionMode)."""
+    section = as_mapping(as_mapping(root_tree.get("targets")).get(target))
+    if section.get("mode") != "production" or as_mapping(section.get("workspace")).get("root_path"):
+        return []
+    jobs = as_mapping(as_mapping(tree.get("resources")).get("jobs")).values()
+    run_as_set = bool(tree.get("run_as")) or all(isinstance(job, dict) and job.get("run_as") for job in jobs)
+    why = ("every job runs as a set identity, so the CLI only recommends it" if run_as_set else
+           "the CLI refuses it unless a service principal deploys")
+    return [Finding("production-without-root-path",
+                    f"target {target!r} is in production mode but does not set its own workspace.root_path ({why}): "
+                    "its deployment would land in a folder tied to whoever deploys it",
+                    f"set targets.{target}.workspace.root_path, e.g. /Workspace/Shared/.bundle/${{bundle.name}}/"
+                    "${bundle.target} (or a service principal's home)", file=file_at(root_tree, ("targets", target)),
+                    path=format_path(("targets", target)), severity="warning" if run_as_set else "error")]
+
+
+TARGET_MODES = ("development", "production")
+
+
+def target_mode_findings(mode: Any, target: str, file: str | None) -> list[Finding]:
+    """A target's `mode` is development or production, or not set: the CLI stops on any other
+    (bundle/config/mutator/resourcemutator/validate_target_mode.go: "unsupported value ... specified for 'mode'")."""
+    if mode is None or mode == "" or mode in TARGET_MODES or isinstance(mode, (dict, list)):
+        return []  # a mapping or a list: the loader's warning drops it (libs/dyn/convert/normalize.go)
+    text = ("true" if mode else "false") if isinstance(mode, bool) else str(mode)
+    return [Finding("unsupported-mode", f"target {target!r} has mode {text!r}: the CLI stops (\"unsupported value "
+                    "specified for 'mode'\")", "set mode: development or mode: production (or leave it out)",
+                    file=file, path=format_path(("targets", target, "mode")))]
 
 
 def default_target_findings(root_tree: Mapping) -> list[Finding]:
@@ -184,3 +210,24 @@ def default_target_findings(root_tree: Mapping) -> list[Finding]:
     return [Finding("several-default-targets", f"targets {', '.join(defaults)} are all marked default: true",
                     "mark one target (usually dev) as default: true", path=format_path(("targets", name, "default")))
             for name in defaults[1:]]
+
+
+WORKSPACE_PATHS = ("root_path", "file_path", "state_path", "resource_path")
+
+
+def volume_workspace_path_findings(tree: Mapping) -> list[Finding]:
+    """Only `workspace.artifact_path` may lie in a volume: the CLI stops on any other workspace path under /Volumes
+    (bundle/config/validate/validate_volume_path.go; after root_path, the paths below it are not checked)."""
+    findings = []
+    workspace = as_mapping(tree.get("workspace"))
+    for field in WORKSPACE_PATHS:
+        value = workspace.get(field)
+        if isinstance(value, str) and value.startswith("/Volumes/"):
+            findings.append(Finding("workspace-path-in-volume", f"workspace.{field} {value} is in a volume: the CLI "
+                                    "stops (\"/Volumes can only be used with workspace.artifact_path\")",
+                                    f"set workspace.{field} to a /Workspace path (e.g. /Workspace/Shared/.bundle/"
+                                    "${bundle.name}/${bundle.target}); a volume may hold the artifacts "
+                                    "(workspace.artifact_path)", path=f"workspace.{field}"))
+            if field == "root_path":
+                break
+    return findings

@@ -55,14 +55,16 @@ class Bundle:
         targets = self.tree.get("targets")
         return [str(name) for name in targets] if isinstance(targets, dict) and targets else []
 
-    def target_tree(self, name: str) -> SourcedDict:
-        """The tree the CLI deploys for target `name` (`IMPLICIT_TARGET` for a bundle without targets)."""
+    def target_tree(self, name: str, merge_lists: bool = True) -> SourcedDict:
+        """The tree the CLI deploys for target `name` (`IMPLICIT_TARGET` for a bundle without targets);
+        `merge_lists=False`: its keyed lists left unmerged (see `merging.merge_keyed_lists`)."""
         if name == IMPLICIT_TARGET and not self.target_names:
             tree = SourcedDict({key: value for key, value in self.tree.items() if key != "targets"},
                                self.tree.sources)
-            merge_keyed_lists(tree)
+            if merge_lists:
+                merge_keyed_lists(tree)
             return tree
-        return apply_target(self.tree, name)
+        return apply_target(self.tree, name, merge_lists)
 
 
 def find_root_file(bundle_dir: FilePath) -> FilePath:
@@ -163,13 +165,13 @@ def _included_names(root: FilePath, root_name: str, root_data: Any):
                                  "(includes must be relative paths)", "write the path relative to the folder of "
                                  f"{root_name}, e.g. resources/*.yml", file=root_name, path=path)]
             continue
-        bad = _bad_pattern(pattern)
+        bad = bad_pattern(pattern)
         if bad:
             yield None, [Finding("include-bad-pattern", f"include {pattern!r} is not a valid glob pattern ({bad}): "
                                  "the CLI stops with \"syntax error in pattern\"", "close the [ ] class, or write "
                                  "the character as [x]", file=root_name, path=path)]
             continue
-        matches = _glob(root, pattern)
+        matches = glob_like_go(root, pattern)
         if not matches:
             if any(character in pattern for character in "*?["):
                 yield None, [Finding("include-matches-nothing", f"include {pattern!r} matches no file under {root}",
@@ -192,7 +194,7 @@ def _included_names(root: FilePath, root_name: str, root_data: Any):
             yield name, []
 
 
-def _bad_pattern(pattern: str) -> str | None:
+def bad_pattern(pattern: str) -> str | None:
     """Why Go's filepath.Match would refuse `pattern` (ErrBadPattern), or None."""
     position = 0
     while position < len(pattern):
@@ -214,7 +216,7 @@ def _bad_pattern(pattern: str) -> str | None:
     return None
 
 
-def _glob(root: FilePath, pattern: str) -> list[str]:
+def glob_like_go(root: FilePath, pattern: str) -> list[str]:
     """Relative names that `pattern` matches under `root`, as Go's filepath.Glob would: hidden files match `*`
     (from Python 3.11), `[^...]` negates a class; folders, FIFOs and broken links are matches too."""
     pattern = pattern.replace("[^", "[!")

@@ -18,7 +18,11 @@ environment dependencies and artifacts may lie outside it. What each path must b
   (resourcemutator/configure_dashboards_serialized_dashboard.go:47, configure_genie_space_serialized_space.go:51,
   load_dbalert_files.go:102);
 - only inside the sync root: a pipeline's `libraries[].glob.include` (translate_paths.go:269).
-Every task counts, the one inside a `for_each_task` too (job_paths_visitor.go:71).
+Every task counts, the one inside a `for_each_task` too (job_paths_visitor.go:71). A pipeline's `notebook.path` or
+`file.path` that is a glob stands for the files it matches, each of which must be what the CLI expects; one that
+matches nothing is kept as written, and so is missing (resourcemutator/expand_pipeline_glob_paths.go). A path set
+inside a complex variable is read from the folder of the file that defines the variable
+(translate_paths_test.go, TestTranslatePathWithComplexVariables).
 
 Left alone, as the CLI leaves them: absolute paths (workspace, volume, DBFS) and URLs (translate_paths.go:130-142);
 values holding a reference that resolves only at deploy; every path of a job with `git_source`
@@ -40,10 +44,13 @@ from typing import Any, Iterator, Mapping
 
 from ..findings import Finding
 from .clusters import Jobs, as_list, as_mapping
+from .loader import glob_like_go
 from .paths import Path, format_path, get_at
+from .references import references_in
 from .sourced import file_at
 
 NOTEBOOK, FILE, DIRECTORY, READ, GLOB = "notebook", "file", "directory", "read", "glob"  # what a path must be
+NOTEBOOKS, FILES = "notebooks", "files"  # a pipeline's library path: each file a glob in it matches is one
 MISSING, FOLDER, PLAIN, BAD_NOTEBOOK = "missing", "folder", "plain", "bad notebook"  # what is there (or NOTEBOOK)
 NOTEBOOK_EXTENSIONS = (".py", ".r", ".scala", ".sql", ".ipynb")  # libs/notebook/ext.go:52, in the CLI's order
 HEADERS = {".py": "# Databricks notebook source", ".r": "# Databricks notebook source",
@@ -53,6 +60,7 @@ TASK_PATHS = {"notebook_task": (("notebook_path",), NOTEBOOK), "spark_python_tas
               "alert_task": (("workspace_path",), FILE)}
 PIP_FLAGS = ("-r ", "-e ")  # bundle/libraries/local_path.go:81
 SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")  # a URL scheme as Go's net/url reads one
+GLOB_CHARACTERS = re.compile(r"[*?\[]")  # what makes Go's filepath.Glob match more than the name itself
 
 
 
@@ -69,7 +77,7 @@ def local_path_findings(tree: Mapping, sourced: Mapping, bundle_root: FilePath, 
         value = literal.split(" ", 1)[1].strip().strip("\"'") if expected == "pip" else literal
         if not value or "${" in value or value.startswith("/") or SCHEME.match(value):
             continue
-        file = file_at(sourced, path) or ""
+        file = defining_file(sourced, path) or ""
         key = (posixpath.dirname(file), literal, expected, anywhere)
         if key not in verdicts:
             verdicts[key] = _verdict(key[0], literal, value, FILE if expected == "pip" else expected,
@@ -106,7 +114,7 @@ def _resolved_paths(tree: Mapping, jobs: Jobs) -> Iterator[tuple[Path, str, str,
     for key, pipeline in as_mapping(resources.get("pipelines")).items():
         pipeline_path = ("resources", "pipelines", str(key))
         for index, library in enumerate(as_list(as_mapping(pipeline).get("libraries"))):
-            for fields, expected in ((("notebook", "path"), NOTEBOOK), (("file", "path"), FILE),
+            for fields, expected in ((("notebook", "path"), NOTEBOOKS), (("file", "path"), FILES),
                                      (("glob", "include"), GLOB)):
                 value = get_at(library, fields)
                 if isinstance(value, str):
@@ -125,6 +133,40 @@ def _resolved_paths(tree: Mapping, jobs: Jobs) -> Iterator[tuple[Path, str, str,
     for key, artifact in as_mapping(tree.get("artifacts")).items():
         if isinstance(as_mapping(artifact).get("path"), str):
             yield ("artifacts", str(key), "path"), artifact["path"], DIRECTORY, True
+
+
+def defining_file(sourced: Mapping, path: Path, hops: int = 10) -> str | None:
+    """The file whose folder the CLI reads the local path at `path` from: the file that sets it, or for a path inside
+    a complex variable's value (`libraries: ${var.libs}`), the file that defines the variable's value (followed
+    through at most `hops` variables: a cycle is the resolver's finding)."""
+    node: Any = sourced
+    for index, part in enumerate(path):
+        if isinstance(node, str):
+            references = references_in(node)
+            whole = len(references) == 1 and references[0].text == node and references[0].path is not None
+            variable = _variable_value_path(sourced, references[0].path) if whole else None
+            if variable is None or hops == 0:
+                break
+            return defining_file(sourced, (*variable, *path[index:]), hops - 1) or file_at(sourced, path)
+        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) \
+                and 0 <= part < len(node):
+            node = node[part]
+        else:
+            break
+    return file_at(sourced, path)
+
+
+def _variable_value_path(sourced: Mapping, reference: Path) -> Path | None:
+    """Where a `${var.x...}` (or `${variables.x.value...}`) reference's value is written in a target tree: the
+    declaration's `value`, else its `default` (a target's value lands there too, see `merging`)."""
+    if reference[:1] == ("var",) and len(reference) > 1:
+        name, rest = reference[1], reference[2:]
+    elif reference[:1] == ("variables",) and reference[2:3] == ("value",):
+        name, rest = reference[1], reference[3:]
+    else:
+        return None
+    declared = as_mapping(as_mapping(sourced.get("variables")).get(name))
+    return ("variables", name, "value" if declared.get("value") is not None else "default", *rest)
 
 
 def _pip_flags(dependencies: Any, path: Path) -> Iterator[tuple[Path, str, str, bool]]:
@@ -185,6 +227,12 @@ def _verdict(folder: str, literal: str, value: str, expected: str, levels_up: in
     """(rule, message, fix) for `value` (as `literal` writes it) set in a file in `folder`, or None when the CLI takes
     it. `levels_up`: how far above the bundle root the path may lie (None: anywhere)."""
     named = posixpath.normpath(posixpath.join(folder, value))
+    if expected in (NOTEBOOKS, FILES):
+        expected = NOTEBOOK if expected == NOTEBOOKS else FILE
+        matches = glob_like_go(bundle_root, named) if GLOB_CHARACTERS.search(named) else []
+        if matches and (levels_up is None or _levels_up(named) <= levels_up):
+            verdicts = (_verdict("", match, match, expected, levels_up, bundle_root, kinds) for match in matches)
+            return next((verdict for verdict in verdicts if verdict is not None), None)
     what = "file" if expected == READ else expected
     if levels_up is not None and _levels_up(named) > levels_up:
         return ("local-path-outside-sync-root", f"{what} {literal!r} is {named} from the bundle root, outside the "

@@ -4,7 +4,9 @@
   (an empty override, `key:` with nothing after it, keeps the base).
 - After merging, the list items the CLI knows by a key are merged into the first item with the same key: job
   tasks (`task_key`), job clusters (`job_cluster_key`), job parameters (`name`) and pipeline clusters (`label`).
-  That is how a target changes one task of a job without repeating the others.
+  That is how a target changes one task of a job without repeating the others. The CLI merges them once variables
+  are resolved (bundle/config/mutator/resourcemutator/resource_mutator.go: MergeJobClusters and the others run after
+  the resolver), so a key written `${var.cluster}` merges with the item its value names.
 - A target overrides `bundle`, `workspace`, `artifacts`, `resources`, `sync`, `permissions` and `presets` by
   merging; its `variables` set the `default` (or `lookup`) of root variables; `run_as` replaces the root's;
   `cluster_id` (old name `compute_id`) and `git.branch` land under `bundle`. (The CLI also keeps `mode` under
@@ -13,7 +15,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .sourced import SourcedDict, SourcedList, source_of
 
@@ -67,13 +69,15 @@ def _list_sources(items: list) -> list[str | None]:
     return list(getattr(items, "sources", [None] * len(items)))
 
 
-def merge_items_by_key(items: list, key_field: str, default_key: str | None = None) -> list:
-    """Items sharing a key merged into the first of them; items without a key stay as they are."""
+def merge_items_by_key(items: list, key_field: str, default_key: str | None = None,
+                       key_of: Callable[[Any], Any] = lambda key: key) -> list:
+    """Items sharing a key (as `key_of` reads it) merged into the first of them; items without a key stay as they
+    are."""
     merged: list = []
     sources: list[str | None] = []
     first_index: dict[str, int] = {}
     for item, source in zip(items, _list_sources(items)):
-        key = item.get(key_field, default_key) if isinstance(item, dict) else None
+        key = key_of(item.get(key_field, default_key)) if isinstance(item, dict) else None
         if isinstance(key, str) and key_field == "label":
             key = key.lower()
         if isinstance(key, str) and key in first_index:
@@ -86,27 +90,47 @@ def merge_items_by_key(items: list, key_field: str, default_key: str | None = No
     return SourcedList(merged, sources)
 
 
-def merge_keyed_lists(tree: dict) -> None:
-    """Apply `merge_items_by_key` to every keyed list of every resource of `tree`, in place."""
+def merge_keyed_lists(tree: dict, key_of: Callable[[Any], Any] = lambda key: key) -> None:
+    """Apply `merge_items_by_key` to every keyed list of every resource of `tree`; `key_of`: an item's key once its
+    references are resolved. A resource whose items merge is copied into `tree` first (and the mappings above it): a
+    part that a target leaves alone is shared with the bundle and the other targets' trees."""
     resources = tree.get("resources")
     if not isinstance(resources, dict):
         return
+    copied: set[int] = set()
     for resource_type, list_fields in KEYED_LISTS.items():
         of_type = resources.get(resource_type)
         if not isinstance(of_type, dict):
             continue
-        for resource in of_type.values():
+        for key, resource in list(of_type.items()):
             if not isinstance(resource, dict):
                 continue
+            merged_lists = {}
             for field, key_field in list_fields.items():
                 items = resource.get(field)
                 if isinstance(items, list) and len(items) > 1:  # (one item has none to merge with)
-                    default_key = "default" if key_field == "label" else None
-                    resource[field] = merge_items_by_key(items, key_field, default_key)
+                    merged = merge_items_by_key(items, key_field, "default" if key_field == "label" else None, key_of)
+                    if len(merged) < len(items):
+                        merged_lists[field] = merged
+            if merged_lists:
+                resources = _own(tree, "resources", copied)
+                of_type = _own(resources, resource_type, copied)
+                _own(of_type, key, copied).update(merged_lists)
 
 
-def apply_target(root: dict, name: str) -> SourcedDict:
-    """The configuration the CLI deploys for target `name`: the root (without `targets`) with the target merged in."""
+def _own(parent: dict, key: str, copied: set[int]) -> SourcedDict:
+    """`parent[key]`, replaced by a copy of it the first time (`copied` holds the ids of the copies)."""
+    child = parent[key]
+    if id(child) not in copied:
+        child = SourcedDict(child, getattr(child, "sources", {}))
+        parent[key] = child
+        copied.add(id(child))
+    return child
+
+
+def apply_target(root: dict, name: str, merge_lists: bool = True) -> SourcedDict:
+    """The configuration the CLI deploys for target `name`: the root (without `targets`) with the target merged in;
+    `merge_lists=False` leaves the keyed lists for the caller to merge once it has resolved their keys."""
     targets = root.get("targets")
     target = targets.get(name) if isinstance(targets, dict) else None
     target = target if isinstance(target, dict) else {}
@@ -132,7 +156,8 @@ def apply_target(root: dict, name: str) -> SourcedDict:
         first_source = next(iter(bundle_overrides.sources.values()), None)
         tree.put("bundle", merge(tree.get("bundle") or SourcedDict(), bundle_overrides),
                  source_of(tree, "bundle") or first_source)
-    merge_keyed_lists(tree)
+    if merge_lists:
+        merge_keyed_lists(tree)
     return tree
 
 

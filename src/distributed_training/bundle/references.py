@@ -2,7 +2,10 @@
 
 A reference is `${root.name.name[0]...}`; each name is letters, then letters or digits, optionally joined by `-`
 or `_` (any script's letters, as the CLI reads them: `${var.变量}` is fine; an emoji or a letter written with a
-combining accent is not). The CLI knows five roots: `var`, `bundle`, `workspace`, `resources`, `artifacts`.
+combining accent is not). The CLI resolves six roots: `var` (short for `variables.<name>.value`), `variables`,
+`bundle`, `workspace`, `resources`, `artifacts` (bundle/config/mutator/resolve_variable_references.go). Text that is
+no reference (`${env:HOME}`), or one with another root (`${HOME}`), the CLI leaves as it is (libs/dyn/dynvar/ref.go,
+resolve.go): a warning, since it is mostly a typo, and Spark or a shell may read it on purpose.
 
 In a target, a reference is one of: resolved (a value this module can compute now), known later (a lookup
 variable, a resource id, the deploying user: the CLI fills them in at deploy time), or broken (a finding).
@@ -21,7 +24,10 @@ from .config_fields import unknown_field
 from .paths import Path, format_path, get_at, walk_strings
 from .variables import Variable
 
-KNOWN_ROOTS = ("var", "bundle", "workspace", "resources", "artifacts")
+KNOWN_ROOTS = ("var", "variables", "bundle", "workspace", "resources", "artifacts")
+# The fields of a variable's declaration that `${variables.<name>.<field>}` may name (bundle/config/variable/
+# variable.go, Variable).
+VARIABLE_FIELDS = ("type", "default", "description", "value", "lookup")
 
 _LETTER = r"[^\W\d_]"
 _LETTER_OR_DIGIT = r"[^\W_]"
@@ -78,6 +84,8 @@ class Resolver:
         root = path[0]
         if root == "var":
             return self._variable(path)
+        if root == "variables":
+            return self._declaration(path)
         if root == "resources":
             return self._resource(path)
         if root == "artifacts":
@@ -86,14 +94,33 @@ class Resolver:
             return Resolution(RESOLVED, self.target)
         if root in ("bundle", "workspace"):
             return self._config_field(path)
-        return Resolution(BROKEN, rule="unknown-reference-root",
-                          message=f"its root {root!r} is not one the CLI knows",
-                          fix=f"references start with one of {', '.join(KNOWN_ROOTS)}, e.g. ${{var.name}}")
+        return Resolution(BROKEN, rule="unknown-reference-root", severity="warning",
+                          message=f"its root {root!r} is not one the CLI resolves, so the text stays as it is",
+                          fix=f"references start with one of {', '.join(KNOWN_ROOTS)}, e.g. ${{var.name}}; leave it "
+                              "if the text is meant for Spark or a shell")
+
+    def _declaration(self, path: Path) -> Resolution:
+        """`${variables.<name>.value...}` is `${var.<name>...}`; the declaration's other fields resolve as written."""
+        if len(path) > 2 and path[2] == "value":
+            return self._variable(("var", path[1], *path[3:]))
+        if len(path) > 2 and path[1] in self.variables and path[2] not in VARIABLE_FIELDS:
+            return Resolution(BROKEN, rule="reference-does-not-exist",
+                              message=f"a variable has no field {path[2]!r}, so the CLI stops with \"reference does "
+                                      "not exist\"", fix=f"use one of {', '.join(VARIABLE_FIELDS)}")
+        if len(path) < 2 or path[1] not in self.variables:
+            return self._variable(("var", *path[1:2]))
+        return self._from_tree(path)
 
     def _variable(self, path: Path) -> Resolution:
         name = path[1] if len(path) > 1 else None
         if name not in self.variables:
             declared = ", ".join(sorted(self.variables)) or "none"
+            written = get_at(self.tree, ("variables", name), _MISSING) if name is not None else _MISSING
+            if written is not _MISSING:  # a value where a declaration goes: the CLI's loader drops it
+                return Resolution(BROKEN, rule="undefined-variable",
+                                  message=f"variable {name!r} is written as {written!r}, not as a declaration, so the "
+                                          "CLI drops it (\"expected map\") and stops here",
+                                  fix=f"declare it as variables: {{{name}: {{default: {written!r}}}}}")
             return Resolution(BROKEN, rule="undefined-variable",
                               message=f"variable {name!r} is not declared (declared: {declared})",
                               fix=f"declare {name!r} under the top-level variables (with a default), or fix the name")
@@ -172,13 +199,16 @@ def reference_findings(tree: Mapping, resolver: Resolver) -> list[Finding]:
 
 
 def _malformed(text: str, where: str) -> Finding:
+    left = "; the CLI leaves the text as it is"
     if unicodedata.normalize("NFC", text) != text:
         return Finding("invalid-reference", f"{text} is not a valid reference: a name holds a combining character "
-                       "(a letter written in decomposed, NFD form)",
-                       "retype the name with precomposed letters (NFC), or use ASCII names", path=where)
+                       f"(a letter written in decomposed, NFD form){left}",
+                       "retype the name with precomposed letters (NFC), or use ASCII names", path=where,
+                       severity="warning")
     return Finding("invalid-reference", f"{text} is not a valid reference: names are letters, then letters, digits, "
-                   "'-' or '_', joined by '.', with optional [index]",
-                   "write it like ${var.my_name} or ${resources.jobs.train.id}", path=where)
+                   f"'-' or '_', joined by '.', with optional [index]{left}",
+                   "write it like ${var.my_name} or ${resources.jobs.train.id}; leave it if the text is meant for "
+                   "Spark or a shell", path=where, severity="warning")
 
 
 def substitute(tree: Any, resolver: Resolver, rounds: int = 10) -> Any:

@@ -5,6 +5,12 @@ Python's `re` cannot compile, so `pattern` is checked with the `regex` package i
 `oneOf` (the value itself, or a `${var...}` reference), so the raw error is usually "is not valid under any of
 the given schemas" about a whole `resources` mapping; `schema_findings` walks down to the errors that say what
 is actually wrong, and where.
+
+The schema is stricter than the CLI: its loader reads `"2"` as 2, an empty `targets.dev:` or `run_as:` as absent, and
+only warns about an unknown field, a missing required field, a wrong kind or an unknown enum value, dropping the value
+(libs/dyn/convert/normalize.go, bundle/config/validate/required.go and enum.go). So every schema finding is a warning,
+as `databricks bundle validate` would print it, and `validate --strict` fails on it as `bundle validate --strict` does.
+What the CLI itself refuses is found by the other checks.
 """
 
 from __future__ import annotations
@@ -130,27 +136,31 @@ def _to_findings(error, file: str | None) -> list[Finding]:
     path = tuple(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = list((error.schema.get("properties") or {}))
-        return [Finding("schema", f"unknown field {key!r}", _unknown_field_fix(key, known), file=file,
-                        path=format_path((*path, key)))
+        return [_schema_warning(f"unknown field {key!r}", _unknown_field_fix(key, known), file=file,
+                                path=format_path((*path, key)))
                 for key in error.instance if key not in known]
     if error.validator == "required":
         missing = error.message.split("'")[1] if error.message.count("'") >= 2 else error.message
-        return [Finding("schema", f"required field {missing!r} is missing", f"add {missing}", file=file,
-                        path=format_path(path))]
+        return [_schema_warning(f"required field {missing!r} is missing", f"add {missing}", file=file,
+                                path=format_path(path))]
     if error.validator in ("oneOf", "anyOf"):
         expected = _expected(error.validator_value)
-        return [Finding("schema", f"{_short(error.instance)} is not valid here: expected {expected}",
-                        f"use {expected}", file=file, path=format_path(path))]
+        return [_schema_warning(f"{_short(error.instance)} is not valid here: expected {expected}",
+                                f"use {expected}", file=file, path=format_path(path))]
     if error.validator == "enum":
         choices = ", ".join(map(str, error.validator_value))
-        return [Finding("schema", f"{_short(error.instance)} is not one of {choices}", f"use one of {choices}",
-                        file=file, path=format_path(path))]
+        return [_schema_warning(f"{_short(error.instance)} is not one of {choices}", f"use one of {choices}",
+                                file=file, path=format_path(path))]
     if error.validator == "type":
         expected = _TYPE_NAMES.get(str(error.validator_value), str(error.validator_value))
-        return [Finding("schema", f"{_short(error.instance)} is not {expected}", f"use {expected}", file=file,
-                        path=format_path(path))]
-    return [Finding("schema", error.message, "make the value match the bundle schema (`databricks bundle schema`)",
-                    file=file, path=format_path(path))]
+        return [_schema_warning(f"{_short(error.instance)} is not {expected}", f"use {expected}", file=file,
+                                path=format_path(path))]
+    return [_schema_warning(error.message, "make the value match the bundle schema (`databricks bundle schema`)",
+                            file=file, path=format_path(path))]
+
+
+def _schema_warning(message: str, fix: str, file: str | None, path: str) -> Finding:
+    return Finding("schema", message, fix, file=file, path=path, severity="warning")
 
 
 def _expected(alternatives: list[dict]) -> str:

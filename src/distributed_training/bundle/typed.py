@@ -1,20 +1,29 @@
-"""Parse every job strictly with the typed classes of the `databricks-bundles` package.
+"""Every job against the fields and value kinds of the Databricks CLI's structs, with the CLI's severities.
 
-`databricks.bundles.jobs.Job.from_dict` refuses unknown keys and values it cannot convert, and accepts
-`${...}` references anywhere. It says what is wrong but not where, so a failing job is narrowed down: its
-unknown keys are named directly, sub-mappings (tasks, clusters, ...) are parsed on their own with their own
-classes, and for any other error the field of the innermost failing mapping that is to blame is found.
+The CLI reads each file by normalizing it against its structs (libs/dyn/convert/normalize.go): an unknown field, or a
+value it cannot read as its field's kind (a mapping where a string goes, "two" for an integer), is a warning, and the
+value is dropped. Once variables are resolved, a required field that is not set (bundle/config/validate/required.go)
+and an enum field's unknown value (enum.go) are warnings too. `databricks bundle validate --strict` fails on them, as
+`validate --strict` does. A whole `${...}` reference is taken anywhere (its value is known at deploy), and a null is
+read as absent.
 
-`from_dict` finds its way through every field's type hint each time (about a millisecond a job); a job that plainly
-parses (`plainly_parses`: known fields, required ones there, values of the hinted kinds) is not handed to it.
+The fields and their kinds are those of the typed classes of `databricks-bundles` (the CLI's Python support, generated
+from the same Jobs API spec), plus the fields the CLI's own structs add (`CLI_FIELDS`). A field unknown to
+the installed package (it may be older than the CLI) is a warning, as an unknown field is for the CLI.
+
+Walking every field of a large bundle's jobs costs most of `validate`'s time; a job that plainly parses
+(`plainly_parses`: known fields, required ones there, values of the hinted kinds) has nothing to report and is spared.
 """
 
 from __future__ import annotations
 
+import difflib
 import enum
+import re
 import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass
+from importlib.metadata import version as package_version
 from typing import Any, Callable, Mapping
 
 from ..findings import Finding
@@ -22,122 +31,164 @@ from .clusters import jobs_of
 from .paths import Path, format_path
 
 INSTALL_HINT = "pip install databricks-bundles"
-_PARSE_ERRORS = (ValueError, TypeError, KeyError, AttributeError)
+# Fields of the CLI's structs that the typed classes lack, by typed class: bundle/config/resources/base.go
+# (BaseResource: id, modified_status, url) and the Go SDK's jobs.JobSettings, which bundle/config/resources/job.go
+# embeds (deployment, edit_mode, format), and its jobs.GitSource (git_snapshot, job_source): read-only or hidden in the
+# bundle schema, known to the CLI's loader.
+CLI_FIELDS = {"Job": ("id", "modified_status", "url", "deployment", "edit_mode", "format"),
+              "GitSource": ("git_snapshot", "job_source")}
+# Strings the CLI reads as a boolean (normalize.go, normalizeBool, after go-yaml's YAML 1.1 words).
+BOOLEAN_WORDS = frozenset("true y Y yes Yes YES on On ON false n N no No NO off Off OFF".split())
+INTEGER = re.compile(r"[+-]?\d+")  # what Go's strconv.ParseInt(s, 10, 64) reads
+KIND_NAMES = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+              float: "a number"}
 
 
 def typed_findings(tree: Mapping, parsed: dict[int, tuple[Any, list[Finding]]] | None = None) -> list[Finding]:
-    """Findings for every job of a target tree that the typed classes refuse (or one warning without them).
+    """Warnings for every job of a target tree where the CLI's structs would warn (or one warning without the typed
+    classes).
 
-    `parsed`: the findings of jobs already parsed, by the id of their mapping, shared between the targets of one
-    bundle: a job that a target does not override is the same mapping in every target, and parsing it is most of
-    the time `validate` takes on a large bundle. (Each entry keeps its mapping alive, so an id is never reused.)"""
+    `parsed`: the findings of jobs already read, by the id of their mapping, shared between the targets of one bundle:
+    a job that a target does not override is the same mapping in every target. (Each entry keeps its mapping alive,
+    so an id is never reused.)"""
     try:
         from databricks.bundles.jobs import Job
     except ModuleNotFoundError:
         return [Finding("typed-classes-missing", "the databricks-bundles package is not installed: jobs were not "
-                        "parsed with the typed resource classes", f"{INSTALL_HINT} (or install the validate extra)",
-                        severity="warning")]
+                        "checked against the typed resource classes", f"{INSTALL_HINT} (or install the validate "
+                        "extra)", severity="warning")]
     parsed = {} if parsed is None else parsed
     findings = []
     for key, job in jobs_of(tree):
         path = ("resources", "jobs", key)
         known = parsed.get(id(job))
         if known is None or known[0][0] != path:
-            known = parsed[id(job)] = ((path, job), _parse(Job, job, path))
+            found: list[Finding] = []
+            if not plainly_parses(Job, job):
+                _diagnose_fields(Job, job, path, found)
+            known = parsed[id(job)] = ((path, job), found)
         findings += known[1]
     return findings
 
 
-def _parse(cls: type, value: Any, path: Path) -> list[Finding]:
-    if plainly_parses(cls, value):
-        return []
-    try:
-        cls.from_dict(value)
-        return []
-    except _PARSE_ERRORS as error:
-        if not isinstance(value, dict):
-            return [_finding(cls, value, path, error)]
-        blamed = {**_unknown_fields(cls, value, path), **_inner_findings(cls, value, path)}
-        if not blamed:
-            return [_finding(cls, value, path, error)]
-        # The rest of the mapping may hold an error of its own, hidden behind the ones found so far.
-        rest = {key: item for key, item in value.items() if key not in blamed}
-        return [finding for findings in blamed.values() for finding in findings] + _parse(cls, rest, path)
-
-
-def _unknown_fields(cls: type, value: dict, path: Path) -> dict[str, list[Finding]]:
-    known = {field.name for field in fields(cls)}
-    return {key: [Finding("typed", f"unknown field {key!r} for {cls.__name__}",
-                          "remove it or fix its name (the typed classes follow the Jobs API)",
-                          path=format_path((*path, key)))]
-            for key in value if key not in known}
-
-
-def _inner_findings(cls: type, value: dict, path: Path) -> dict[str, list[Finding]]:
-    """Findings from the parts of `value` that fail on their own (nested typed mappings, list items), by key."""
-    hints = typing.get_type_hints(cls)
-    found = {}
-    for key, field_value in value.items():
-        container, nested = _field_class(hints.get(key))
-        if nested is None:
-            continue
-        if container == "list" and isinstance(field_value, list):
-            parts = [((key, index), item) for index, item in enumerate(field_value)]
-        elif container == "dict" and isinstance(field_value, dict):
-            parts = [((key, str(name)), item) for name, item in field_value.items()]
-        elif container is None:
-            parts = [((key,), field_value)]
+def _diagnose(hint: Any, value: Any, path: Path, found: list[Finding]) -> None:
+    """Append a warning for each place in `value` that the CLI would warn about, read as `hint`."""
+    if value is None or _is_reference(value):
+        return
+    kind = _base(hint)
+    origin = typing.get_origin(kind)
+    if is_dataclass(kind):
+        if isinstance(value, dict):
+            _diagnose_fields(kind, value, path, found)
         else:
-            parts = []
-        findings = [finding for relative, part in parts if isinstance(part, dict)
-                    for finding in _parse(nested, part, (*path, *relative))]
-        if findings:
-            found[key] = findings
-    return found
+            found.append(_wrong_type(_kind_mismatch(value, dict), dict, path))
+    elif origin in (list, dict):
+        if not isinstance(value, origin):
+            found.append(_wrong_type(_kind_mismatch(value, origin), origin, path))
+            return
+        item_hint = typing.get_args(kind)[-1]
+        items = enumerate(value) if origin is list else value.items()
+        for part, item in items:
+            _diagnose(item_hint, item, (*path, part if origin is list else str(part)), found)
+    elif isinstance(kind, type) and issubclass(kind, enum.Enum):
+        _diagnose_enum(kind, value, path, found)
+    elif kind in (str, bool, int, float):
+        problem = _scalar_problem(kind, value)
+        if problem:
+            found.append(_wrong_type(problem, kind, path))
 
 
-def _finding(cls: type, value: Any, path: Path, error: Exception) -> Finding:
-    field = _failing_field(cls, value)
-    where = (*path, field) if field is not None else path
-    return Finding("typed", f"{cls.__name__}: {error}", "fix the value to the type the Jobs API expects",
-                   path=format_path(where))
+def _diagnose_fields(cls: type, value: dict, path: Path, found: list[Finding]) -> None:
+    hints = typing.get_type_hints(cls)
+    known = {field.name for field in fields(cls)}
+    extra = CLI_FIELDS.get(cls.__name__, ())
+    for key, item in value.items():
+        if key in known:
+            _diagnose(hints[key], item, (*path, key), found)
+        elif key not in extra:
+            found.append(_unknown_field(cls, str(key), sorted(known | set(extra)), path))
+    for field in fields(cls):
+        if field.default is MISSING and field.default_factory is MISSING and value.get(field.name) is None:
+            found.append(Finding("required-field", f"required field {field.name!r} of {_label(cls)} is not set: "
+                                 "the CLI warns (\"required field is not set\") and the Jobs API refuses the job",
+                                 f"set {field.name}", path=format_path(path), severity="warning"))
 
 
-def _failing_field(cls: type, value: Any) -> str | None:
-    """The field whose removal lets `value` parse (None when no single field is to blame)."""
-    if not isinstance(value, dict):
+def _diagnose_enum(cls: type[enum.Enum], value: Any, path: Path, found: list[Finding]) -> None:
+    if isinstance(value, (dict, list)):
+        found.append(_wrong_type(_kind_mismatch(value, str), str, path))
+        return
+    text = ("true" if value else "false") if isinstance(value, bool) else str(value)  # normalizeString
+    allowed = [member.value for member in cls]
+    if text in allowed or "${" in text:  # enum.go leaves a value that holds a reference to the deploy
+        return
+    close = difflib.get_close_matches(text, allowed, n=1)
+    field = next(part for part in reversed(path) if isinstance(part, str))
+    found.append(Finding("invalid-enum", f"{text!r} is not a valid {field}: the CLI warns (\"invalid value for enum "
+                         "field\") and the Jobs API refuses it", f"{f'did you mean {close[0]}? ' if close else ''}use "
+                         f"one of {', '.join(allowed)}", path=format_path(path), severity="warning"))
+
+
+def _scalar_problem(kind: type, value: Any) -> str | None:
+    """Why the CLI cannot read `value` as `kind` (normalize.go: normalizeString, -Bool, -Int, -Float), or None."""
+    if isinstance(value, (dict, list)):
+        return _kind_mismatch(value, kind)
+    if kind is str:
         return None
-    for key in value:
-        try:
-            cls.from_dict({other: item for other, item in value.items() if other != key})
-            return key
-        except _PARSE_ERRORS:
-            continue
-    return None
+    if kind is bool:
+        return None if isinstance(value, bool) or value in BOOLEAN_WORDS else \
+            f"{value!r} is not a boolean (true or false)"
+    if isinstance(value, bool):
+        return f"{value!r} is a boolean, not {KIND_NAMES[kind]}"
+    if kind is int:
+        if isinstance(value, float) and value != int(value):
+            return f"{value!r} is not a whole number"
+        return None if isinstance(value, (int, float)) or INTEGER.fullmatch(value) else \
+            f"cannot read {value!r} as an integer"
+    try:
+        float(value)
+        return None
+    except ValueError:
+        return f"cannot read {value!r} as a number"
 
 
-def _field_class(hint: Any) -> tuple[str | None, type | None]:
-    """(container, typed class) of a field's type hint: `VariableOrList[Task]` -> ("list", Task),
-    `VariableOrOptional[ClusterSpec]` -> (None, ClusterSpec), `VariableOrDict[str]` -> ("dict", None)."""
-    origin = typing.get_origin(hint)
-    if getattr(origin, "__name__", "") == "Variable":  # the `${...}` alternative of every field
-        return None, None
-    if is_dataclass(hint) and hasattr(hint, "from_dict"):
-        return None, hint
-    if origin in (list, dict):
-        _, cls = _field_class(typing.get_args(hint)[-1])
-        return origin.__name__, cls
-    for argument in typing.get_args(hint):
-        container, cls = _field_class(argument)
-        if cls is not None:
-            return container, cls
-    return None, None
+def _base(hint: Any) -> Any:
+    """The kind of a field's type hint without its `${...}` and None alternatives: `VariableOrOptional[int]` -> int."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        kinds = [argument for argument in typing.get_args(hint)
+                 if argument is not type(None) and not _is_variable(argument)]
+        return kinds[0] if kinds else Any
+    return hint
+
+
+def _kind_mismatch(value: Any, expected: type) -> str:
+    return f"{KIND_NAMES.get(type(value), type(value).__name__)} where {KIND_NAMES[expected]} goes"
+
+
+def _wrong_type(problem: str, expected: type, path: Path) -> Finding:
+    return Finding("wrong-type", f"{problem}: the CLI drops the value with a warning", f"write {KIND_NAMES[expected]} "
+                   "here", path=format_path(path), severity="warning")
+
+
+def _unknown_field(cls: type, key: str, known: list[str], path: Path) -> Finding:
+    close = difflib.get_close_matches(key, known, n=1)
+    installed = package_version("databricks-bundles")
+    return Finding("unknown-field", f"unknown field {key!r} for {_label(cls)}: the CLI ignores it (its warning "
+                   f"\"unknown field: {key}\")", f"{f'did you mean {close[0]!r}? ' if close else ''}remove it or fix "
+                   f"its name (if your Databricks CLI knows it, databricks-bundles {installed} is older: update it)",
+                   path=format_path((*path, key)), severity="warning")
+
+
+def _label(cls: type) -> str:
+    """`JobEmailNotifications` -> `job email notifications`, as a message names the part of a job."""
+    return re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()
 
 
 def plainly_parses(hint: Any, value: Any) -> bool:
-    """True where `from_dict` (databricks.bundles.core._transform) surely accepts `value` as `hint`; False where it
-    may not, or where this does not follow its rules (then `from_dict` decides). Never True for a value it refuses:
-    each kind is as strict as `_transform` or stricter (an int field takes an int, not a numeric string)."""
+    """True where `from_dict` (databricks.bundles.core._transform) surely accepts `value` as `hint`, so that there is
+    nothing to report; False where it may not, or where this does not follow its rules (then `_diagnose` reads the
+    value). Never True for a value it refuses: each kind is as strict as `_transform` or stricter (an int field takes
+    an int, not a numeric string), and `_transform` is no more lenient than the CLI (`_diagnose`)."""
     return _check_of(hint)(value)
 
 

@@ -3,15 +3,20 @@
 Layers, for every target (or the bundle itself when it declares none):
 1. loading: YAML syntax, include globs, resource keys defined twice (see `loader`);
 2. the CLI's JSON schema, when one is given: every file, the merged files, each target (see `schema`);
-3. the typed job classes of databricks-bundles (see `typed`);
+3. every job against the fields and kinds of the CLI's structs (see `typed`);
 4. references and variables, and rules the schema cannot express (see `references`, `checks`, `wheel_tasks`),
    serverless GPU tasks among them (`serverless_tasks`), the project files the CLI resolves paths to
    (`local_paths`), and the jobs' arguments to the project's own `train` (`train_arguments`);
-5. the compute guards on every cluster (`clusters`), over the project's own node-type catalog when it has one
-   (src/<package>/compute/node_types.yaml), else this package's.
+5. what the CLI refuses while it initializes the bundle: `run_as`, workspace paths, other resources' fields
+   (`resource_fields`), `artifacts`, `scripts`;
+6. the compute guards on every cluster that trains (`clusters`), over the project's own node-type catalog when it has
+   one (src/<package>/compute/node_types.yaml), else this package's.
 
-Exit codes: 0 no errors (warnings are printed), 1 errors, 2 bad usage (no bundle there, unknown target,
-unusable schema file).
+Severities follow the Databricks CLI's: what `databricks bundle validate` reports as an error (or what fails the
+deploy or the run for certain) is an error; what it warns about, or accepts, is at most a warning.
+
+Exit codes: 0 no errors (warnings are printed), 1 errors (with `--strict`, warnings too, as `databricks bundle validate
+--strict`), 2 bad usage (no bundle there, unknown target, unusable schema file).
 """
 
 from __future__ import annotations
@@ -26,16 +31,22 @@ from typing import Iterable
 from ..compute.catalog import Catalog, CatalogError, default_catalog, load_catalog
 from ..findings import Finding
 from . import checks
+from .artifacts import artifact_findings
 from .clusters import clusters_of, guard_findings, jobs_with_tasks
 from .loader import IMPLICIT_TARGET, Bundle, NotABundle, load_bundle
 from .local_paths import local_path_findings
-from .paths import parse_path
+from .merging import merge_keyed_lists
+from .paths import get_at, parse_path
 from .references import Resolver, reference_findings, substitute
+from .resource_fields import resource_field_findings
+from .run_as import run_as_findings
 from .schema import SCHEMA_ENV, SchemaUnavailable, load_validator, schema_findings
-from .serverless_tasks import serverless_gpu_findings
+from .scripts import script_findings
+from .serverless_tasks import TargetDeploy, serverless_gpu_findings
 from .sourced import file_at
 from .typed import typed_findings
-from .variables import missing_value_findings, target_variables, undeclared_target_variable_findings
+from .variables import (missing_value_findings, read_overrides, target_variables,
+                        undeclared_target_variable_findings)
 from .train_arguments import train_argument_findings
 from .wheel_tasks import wheel_library_findings, wheel_task_findings
 from .yaml_files import gc_paused
@@ -102,9 +113,7 @@ def _bundle_findings(bundle: Bundle, validator, memo: Memo) -> list[Finding]:
                     for key, resource in (of_kind.items() if isinstance(of_kind, dict) else ()):
                         memo.file_resources.setdefault((kind, key), []).append(resource)
         # The merged files are checked as each target's tree (see `_target_schema_findings`).
-    findings += _with_files(undeclared_target_variable_findings(bundle.tree)
-                            + checks.production_root_path_findings(bundle.tree)
-                            + checks.default_target_findings(bundle.tree), bundle.tree)
+    findings += _with_files(checks.default_target_findings(bundle.tree) + script_findings(bundle.tree), bundle.tree)
     return _unique(findings)
 
 
@@ -135,10 +144,17 @@ def _target_schema_findings(validator, tree: dict, memo: Memo) -> list[Finding]:
 
 
 def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog, memo: Memo) -> list[Finding]:
-    tree = bundle.target_tree(name)
-    variables = target_variables(tree)
+    tree = bundle.target_tree(name, merge_lists=False)
+    overrides, findings = read_overrides(bundle.root, name)
+    variables = target_variables(tree, overrides=overrides)
     resolver = Resolver(tree, name, variables)
-    findings = _target_schema_findings(validator, tree, memo) if validator is not None else []
+    merge_keyed_lists(tree, key_of=lambda key: substitute(key, resolver) if isinstance(key, str) and "${" in key
+                      else key)
+    findings += undeclared_target_variable_findings(bundle.tree, name)
+    mode_path = ("targets", name, "mode")
+    findings += checks.target_mode_findings(get_at(bundle.tree, mode_path), name, file_at(bundle.tree, mode_path))
+    findings += checks.production_root_path_findings(bundle.tree, name, tree)
+    findings += _target_schema_findings(validator, tree, memo) if validator is not None else []
     if not _unreadable(bundle.root_file.name, bundle):
         findings += [replace(finding, file=file_at(tree, ("bundle", "name")) or bundle.root_file.name)
                      for finding in checks.bundle_name_findings(tree)]
@@ -152,13 +168,26 @@ def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog, mem
     clusters = list(clusters_of(resolved, jobs))  # one walk for both checks of every cluster
     findings += checks.single_node_findings(clusters)
     findings += checks.num_nodes_findings(resolved, jobs)
-    findings += serverless_gpu_findings(bundle.root, jobs)
+    findings += serverless_gpu_findings(TargetDeploy.of(bundle.root, name, resolved, target_mode(bundle, name)), jobs)
     findings += local_path_findings(resolved, tree, bundle.root, memo.path_kinds, jobs)
     findings += wheel_library_findings(jobs)
     findings += wheel_task_findings(bundle.root, jobs)
     findings += train_argument_findings(bundle.root, jobs)
     findings += guard_findings(clusters, catalog)
+    findings += run_as_findings(resolved)
+    findings += checks.volume_workspace_path_findings(resolved)
+    findings += resource_field_findings(resolved)
+    findings += artifact_findings(resolved, tree, bundle.root)
     return _with_files(findings, tree)
+
+
+def target_mode(bundle: Bundle, name: str) -> object:
+    """The target's `mode` (development, production), else the root's `bundle.mode`; None when neither sets one."""
+    section = bundle.tree.get("targets", {}).get(name) if isinstance(bundle.tree.get("targets"), dict) else None
+    if isinstance(section, dict) and section.get("mode") is not None:
+        return section["mode"]
+    root_bundle = bundle.tree.get("bundle")
+    return root_bundle.get("mode") if isinstance(root_bundle, dict) else None
 
 
 def _unreadable(name: str, bundle: Bundle) -> bool:
@@ -237,6 +266,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schema", metavar="FILE",
                         help=f"the CLI's bundle JSON schema (`databricks bundle schema > FILE`); default: "
                              f"${SCHEMA_ENV}, else the schema check is skipped")
+    parser.add_argument("--strict", action="store_true",
+                        help="fail on warnings too, as `databricks bundle validate --strict` does")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -251,4 +282,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"schema: {schema_path}")
     print(format_report(report))
-    return 1 if any(finding.is_error for findings in report.values() for finding in findings) else 0
+    every = [finding for findings in report.values() for finding in findings]
+    if any(finding.is_error for finding in every):
+        return 1
+    if args.strict and every:
+        warnings = len(set(every))
+        print(f"error: {warnings} warning{'s' * (warnings != 1)} found, and --strict allows none", file=sys.stderr)
+        return 1
+    return 0

@@ -2,7 +2,9 @@
 
 The CLI reads YAML 1.2: only `true`/`false` are booleans (`yes`, `on` stay strings) and dates stay strings.
 PyYAML's safe loader speaks YAML 1.1, so this loader narrows its implicit types to match. A key repeated in one
-mapping is an error for the CLI (the YAML library refuses it); PyYAML would silently keep the last one.
+mapping keeps its later value, as in the CLI (libs/dyn/yamlloader/loader.go, loadMapping: the node tree holds both, the
+later one is set last): a warning, since it is mostly a mistake. A second merge key (`<<`) in one mapping is an error
+there ("duplicate YAML merge key"), which PyYAML would accept.
 
 Hostile input is refused before it is built into a tree, by limits the CLI lacks (its loader,
 libs/dyn/yamlloader/loader.go, expands every alias and only refuses an alias inside its own anchor):
@@ -32,6 +34,7 @@ from ..findings import Finding
 from .paths import Path, format_path
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
+MERGE_KEY = "<<"
 STR_TAG, MAP_TAG, SEQ_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 # Where an anchor (&name) or an alias (*name) may start: at a line's start or after a space or a flow indicator. A
 # `*` inside a word (a glob: ../dist/*.whl) is neither. Text that may hold one is measured on its events (`_measure`).
@@ -408,22 +411,24 @@ def _syntax_finding(error: yaml.YAMLError, relative_name: str, text: str) -> Fin
 
 
 def _duplicate_keys(node: yaml.Node | None, path: Path, seen_nodes: set[int]) -> Iterator[tuple[Path, str, int, int]]:
-    """(path of the mapping, key, line, line of the first occurrence) for every key repeated in a mapping."""
+    """(path of the mapping, key, line, line of the first occurrence) for every key repeated in a mapping, a second
+    merge key (`<<`) among them."""
     if node is None or id(node) in seen_nodes:  # an alias revisits a node already walked
         return
     seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         first_lines: dict[str, int] = {}
         for key_node, value_node in node.value:
-            if key_node.tag == MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+            if not isinstance(key_node, yaml.ScalarNode):
                 continue
-            key = key_node.value
+            key = MERGE_KEY if key_node.tag == MERGE_TAG else key_node.value
             line = key_node.start_mark.line + 1
             if key in first_lines:
                 yield path, key, line, first_lines[key]
             else:
                 first_lines[key] = line
-            yield from _duplicate_keys(value_node, (*path, key), seen_nodes)
+            if key != MERGE_KEY:
+                yield from _duplicate_keys(value_node, (*path, key), seen_nodes)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             yield from _duplicate_keys(item, (*path, index), seen_nodes)
@@ -431,11 +436,16 @@ def _duplicate_keys(node: yaml.Node | None, path: Path, seen_nodes: set[int]) ->
 
 def _duplicate_finding(path: Path, key: str, line: int, first_line: int, relative_name: str) -> Finding:
     full_path = format_path((*path, key))
+    lines = f"lines {first_line} and {line}"
+    if key == MERGE_KEY:
+        where = format_path(path) or "the top level"
+        return Finding("duplicate-merge-key", f"the mapping at {where} has two merge keys (<<, {lines}): the CLI "
+                       "refuses it (\"duplicate YAML merge key\")",
+                       "merge several mappings with one key and a list: <<: [*first, *second]", file=relative_name,
+                       path=format_path(path) or None)
     if len(path) == 2 and path[0] == "resources":
-        return Finding("duplicate-resource-key",
-                       f"{path[1]} {key!r} is defined twice in this file (lines {first_line} and {line})",
-                       "give each resource its own key: the CLI refuses a bundle that repeats one",
-                       file=relative_name, path=full_path)
-    return Finding("duplicate-key", f"key {key!r} is repeated in the same mapping (lines {first_line} and {line})",
-                   "keep one of them: the CLI refuses a mapping that repeats a key", file=relative_name,
-                   path=full_path)
+        return Finding("duplicate-key", f"{path[1]} {key!r} is defined twice in this file ({lines}): the CLI "
+                       "keeps the later one and drops the first", "give each resource its own key, or remove the one "
+                       "you do not mean", file=relative_name, path=full_path, severity="warning")
+    return Finding("duplicate-key", f"key {key!r} is repeated in the same mapping ({lines}): the CLI keeps the later "
+                   "value", "keep one of them", file=relative_name, path=full_path, severity="warning")
