@@ -14,7 +14,8 @@ import sys
 
 # name -> (module relative to this package, one-line help)
 TOOLS = {
-    "validate": (".bundle.validate", "check a bundle: schema, typed resources, references and compute guards"),
+    "validate": (".bundle.validate", "check a bundle offline by the Databricks CLI's rules and severities, and the "
+                                     "compute guards"),
     "advise": (".advise", "single node or several, which engine and node type, from model and data size"),
     "run": (".remote.run", "run a deployed job and follow it to the end"),
 }

@@ -467,7 +467,7 @@ REFUSED = [
         "local-path-wrong-kind", "resources.pipelines.etl.libraries[0].notebook.path"),
 ]
 # The matrix only grows: cases are added as verdicts are found, not removed.
-MIN_ACCEPTED, MIN_REFUSED = 34, 32
+MIN_ACCEPTED, MIN_REFUSED = 34, 33
 
 
 def write(folder: Path, case: Case) -> Path:
