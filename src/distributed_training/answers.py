@@ -80,6 +80,16 @@ def job_cluster(answers: Mapping, engine: str) -> dict:
     )
 
 
+def scoring_cluster(answers: Mapping, engine: str) -> dict:
+    """The score job's cluster: the engine's, with one GPU a task where its workers have GPUs (a Ray cluster's tasks
+    have none), so that Spark gives each Python worker that loads the model a GPU of its own. On one node Spark
+    schedules no GPUs (local mode), and `score` bounds the models a GPU itself (--models-per-gpu)."""
+    cluster = job_cluster(answers, engine)
+    if "spark_conf" in cluster:  # a multi-node GPU cluster (clusters.new_cluster)
+        cluster["spark_conf"] = {**cluster["spark_conf"], "spark.task.resource.gpu.amount": "1"}
+    return cluster
+
+
 # The job's values that the bundle and the platform fill in, and a notebook asks for in widgets (see train_arguments).
 TABLE, OUTPUT_DIR, EPOCHS, EXPERIMENT, JOB_RUN = "<table>", "<output_dir>", "<epochs>", "<experiment>", "<job_run>"
 SPARK_ML_TABLE = "<spark_ml_table>"  # Spark ML's own: taxi trips, whatever the task

@@ -217,6 +217,7 @@ class BundleAnswers(Extension):
             default_cpu_node_type=answers.default_cpu_node_type,
             default_spark_version=clusters.default_spark_version,
             job_cluster=answers.job_cluster,
+            scoring_cluster=answers.scoring_cluster,
             is_serverless=answers.is_serverless,
             nodes_and_gpus=answers.nodes_and_gpus,
             default_accelerator_count=serverless.default_accelerator_count,

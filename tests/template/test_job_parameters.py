@@ -24,6 +24,7 @@ VOLUME = "/Volumes/main/default/dev_me_my_training_training"
 JOB_RUN = "550315892394120"
 DEPLOYED = {"${var.catalog}": "main", "${var.schema}": "default",
             "${resources.volumes.training.name}": "dev_me_my_training_training", "{{job.parameters.epochs}}": "5",
+            "${var.scores_table}": "dev_me_my_training_scores",
             "${workspace.root_path}": ROOT_PATH, "{{job.run_id}}": JOB_RUN}
 TASKS = ("fare_regression", "causal_lm")
 # What a notebook asks for in widgets instead of the job's deploy-time values (each, in the notebook's source).
@@ -104,8 +105,8 @@ def test_every_job_parameter_list_is_accepted_by_the_projects_train(rendered, an
                                      {"engine": "all", "task": "causal_lm"}],
                          ids=lambda answers: "-".join(map(str, answers.values())))
 def test_every_notebook_runs_its_jobs_arguments(rendered, answers):
-    """The notebook's main([...]) is the job's list, except what a widget fills in (table, output folder, epochs)
-    and the experiment, which the notebook puts in its own root path."""
+    """The notebook's main([...]) is the job's list, except what a widget fills in (table, epochs), the output folder
+    (a new one each run, beside the job runs', or the one to resume) and the experiment, as the job was deployed."""
     project = rendered(**answers)
     notebooks = set()
     for key, _, task in wheel_tasks(project):
@@ -119,7 +120,7 @@ def test_every_notebook_runs_its_jobs_arguments(rendered, answers):
                      for element in listed.elts]
         expected = [WIDGETS.get(value, value) for value in task["python_wheel_task"]["parameters"]
                     if value not in PLATFORM_ONLY]
-        expected = ["dbutils.widgets.get('output_dir')" if value.startswith("/Volumes/") else
+        expected = ["output_dir" if value.startswith("/Volumes/") else
                     "experiment" if value.startswith("${workspace.root_path}/") else value for value in expected]
         assert arguments == expected, engine
         assert "from my_training.launch import main" in source
@@ -141,7 +142,7 @@ def test_the_score_jobs_parameters_are_accepted_by_the_projects_score(rendered, 
     assert (key, task["python_wheel_task"]["entry_point"]) == ("score", "score")
     parameters = {item["name"]: item["default"] for item in job["parameters"]}
     assert parameters == {"train_run_id": "", "engine": "torch_distributor", "model": "", "table": "",
-                          "output_table": "${var.catalog}.${var.schema}.my_training_scores"}
+                          "output_table": "${var.catalog}.${var.schema}.${var.scores_table}"}
     registered = "models:/main.default.fares@champion"
     for model, expected in (("", f"{VOLUME}/torch_distributor/{JOB_RUN}"), (registered, registered)):
         filled = {f"{{{{job.parameters.{name}}}}}": deployed(value or name.upper(), "") for name, value in
@@ -154,4 +155,4 @@ def test_the_score_jobs_parameters_are_accepted_by_the_projects_score(rendered, 
             argv.append(deployed(argument, ""))
         arguments = scoring.parser().parse_args(argv)
         assert [given for given in arguments.model if given][-1] == expected  # as `parse` takes it
-        assert (arguments.table, arguments.output_table) == ("TABLE", "main.default.my_training_scores")
+        assert (arguments.table, arguments.output_table) == ("TABLE", "main.default.dev_me_my_training_scores")

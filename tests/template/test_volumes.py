@@ -60,6 +60,10 @@ def test_dev_and_prod_write_to_different_volumes_and_dev_to_one_per_user(render,
             assert engine_dir.startswith("/Volumes/${var.catalog}/${var.schema}/${resources.volumes.training.name}/")
         for engine_dir in output_dirs(tree):
             assert engine_dir.startswith(f"/Volumes/main/default/{volume}/")
+    if "score" in dev["resources"]["jobs"]:  # and so does the score job's output table, by default
+        tables = [{item["name"]: item["default"] for item in tree["resources"]["jobs"]["score"]["parameters"]}[
+            "output_table"] for tree in (dev, prod)]
+        assert tables == [f"main.default.dev_{CURRENT_USER}_my_training_scores", "main.default.my_training_scores"]
     # one MLflow experiment per engine, in the target's own root path
     experiments = options(dev_written, "--mlflow-experiment")
     assert experiments and all(experiment == f"${{workspace.root_path}}/my-training-{engine}"
@@ -78,3 +82,20 @@ def test_prod_grants_the_principal_the_volume_and_says_that_grants_revoke_the_re
     readme = " ".join((project / "README.md").read_text().split())
     assert "revokes any other principal's, including readers added by hand" in readme
     assert all(grant in readme for grant in ("`USE CATALOG`", "`USE SCHEMA`", "`CREATE VOLUME`", "`SELECT`"))
+
+
+@pytest.mark.parametrize("answers", [{}, {"compute": "serverless_gpu"}], ids=["classic", "serverless"])
+def test_the_readme_lists_every_privilege_the_jobs_use_outside_the_bundle(rendered, answers):
+    """What a job does that Unity Catalog guards (Databricks docs, "Unity Catalog privileges and securable objects"):
+    `--register-model` creates a model version (CREATE MODEL on its schema); the score job writes its output table
+    (CREATE TABLE on the schema; MODIFY on a table the principal does not own), reads the tables it scores (SELECT) and
+    the registered model it may be given (EXECUTE)."""
+    project = rendered(**answers)
+    readme = " ".join((project / "README.md").read_text().split())
+    needed = ["`CREATE MODEL`"]
+    if (project / "resources" / "score.job.yml").exists():
+        score = (project / "resources" / "score.job.yml").read_text()
+        assert "--output-table" in score and "{{job.parameters.model}}" in score
+        needed += ["`CREATE TABLE`", "`MODIFY`", "`EXECUTE`"]
+    assert [grant for grant in needed if grant not in readme] == []
+    assert ("`EXECUTE`" in readme) == (answers == {})  # a serverless project has no score job to grant it for
