@@ -194,8 +194,9 @@ TARGET_MODES = ("development", "production")
 def target_mode_findings(mode: Any, target: str, file: str | None) -> list[Finding]:
     """A target's `mode` is development or production, or not set: the CLI stops on any other
     (bundle/config/mutator/resourcemutator/validate_target_mode.go: "unsupported value ... specified for 'mode'")."""
-    if mode is None or mode == "" or mode in TARGET_MODES or isinstance(mode, (dict, list)):
-        return []  # a mapping or a list: the loader's warning drops it (libs/dyn/convert/normalize.go)
+    # A mapping or a list the loader drops with a warning (libs/dyn/convert/normalize.go); a reference resolves first.
+    if mode in (None, "") or mode in TARGET_MODES or isinstance(mode, (dict, list)) or "${" in str(mode):
+        return []
     text = ("true" if mode else "false") if isinstance(mode, bool) else str(mode)
     return [Finding("unsupported-mode", f"target {target!r} has mode {text!r}: the CLI stops (\"unsupported value "
                     "specified for 'mode'\")", "set mode: development or mode: production (or leave it out)",
