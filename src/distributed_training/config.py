@@ -1,7 +1,5 @@
-"""What one `train` run is asked to do: one frozen object, every default defined here once.
-
-Read from the command line (`from_args`: fields with a help and the task's `Options` as --field-names), checked before
-Spark (`check`), resolved on the driver (`resolve`: GPUs, precision, table), pickled to every rank (torchrun: JSON)."""
+"""What one `train` run is asked to do, every default defined here once: read from the command line (`from_args`),
+checked before Spark (`check`), resolved on the driver (`resolve`), pickled to every rank (torchrun: JSON)."""
 
 import argparse
 import dataclasses
@@ -11,13 +9,12 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
+from .compute.requirements import DEEPSPEED as DEEPSPEED_ENGINE, ENGINES, SPARK_ML_CONNECT as SPARK_ML_ENGINE
 from .task_interface import TaskError, load_task
 
 PACKAGE = __package__
 DEFAULT_TASK = f"{PACKAGE}.task"
-ENGINES = ("torch_distributor", "deepspeed", "ray", "spark_ml_connect")
 TORCH_LOOP_ENGINES = ("torch_distributor", "deepspeed")  # what --handoff-to-torchrun can hand to torchrun
-DEEPSPEED_ENGINE, SPARK_ML_ENGINE = "deepspeed", "spark_ml_connect"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OFFLOADS = ("none", "optimizer", "optimizer+weights")
 PARALLELISMS, INIT_MODES = ("ddp", "fsdp2"), ("weights", "full")
@@ -225,8 +222,7 @@ def parser_for(task_module: str, engines: tuple[str, ...] = ENGINES) -> argparse
     add_options(parser, Config)
     parser._option_string_actions["--engine"].choices = engines
     task_options = load_task(task_module).Options
-    clashes = [spec.name for spec in fields(task_options) if spec.name in {own.name for own in fields(Config)}]
-    if clashes:
+    if clashes := [spec.name for spec in fields(task_options) if spec.name in {own.name for own in fields(Config)}]:
         raise TaskError(f"{task_module}.Options has the field(s) {', '.join(clashes)}, which clash with train's own "
                         f"option(s) of that name: rename them in Options (e.g. {clashes[0]} to task_{clashes[0]})")
     add_options(parser, task_options, f"the task ({task_module})")
@@ -333,11 +329,9 @@ def to_json(config: Config) -> dict:
 
 
 def from_json(content: Any, source: str) -> Config:
-    """The config `to_json` wrote; ValueError with the reason when it is not one."""
     if not isinstance(content, dict) or not {"engine", "task", "output_dir", "task_options"} <= set(content):
         raise ValueError(f"{source} is not a run's config: write it with `train --handoff-to-torchrun`")
-    unknown = sorted(set(content) - {spec.name for spec in fields(Config)})
-    if unknown:
+    if unknown := sorted(set(content) - {spec.name for spec in fields(Config)}):
         raise ValueError(f"{source} has unknown fields {', '.join(unknown)}: it was written by another version of "
                          "this package; run `train --handoff-to-torchrun` again with this one")
     task = load_task(content["task"])

@@ -1,8 +1,5 @@
 """Files that are whole or absent: written under a temporary name beside their place, then renamed into it. A process
-killed mid-write (or a reader that looks while a retry rewrites the file) sees the old file or the new one, never half.
-"""
-
-from __future__ import annotations
+killed mid-write (or a reader that looks while a retry rewrites the file) sees the old file or the new, never half."""
 
 import json
 import os

@@ -1,9 +1,7 @@
-"""A run's folder (--output-dir): what one run owns, held while it trains, and whether it has finished.
-
-On a job, the folder is the job run's own, `<volume>/<engine>/<job run id>` (`{{job.run_id}}`): a retry or repair
-keeps the id and resumes there; a new run gets a new folder and starts fresh (or --init-from an earlier run's). A run
-into a folder whose run has finished (metrics.json written, for as many steps as asked) reports those metrics and
-ends: a repair that reruns a finished task costs nothing and changes nothing."""
+"""A run's folder (--output-dir): what one run owns, held while it trains, and whether it has finished. On a job it is
+the job run's own, `<volume>/<engine>/<job run id>`: a retry or repair keeps the id and resumes there, a new run starts
+fresh. A run into a folder whose run has finished reports its metrics and ends: a repair that reruns a finished task
+costs nothing and changes nothing."""
 
 import errno
 import fcntl

@@ -41,8 +41,6 @@ Optional, for `score` (both built-in tasks define them):
 
 The loop owns the rest: optimizer, LR schedule, gradient clipping, precision, parallelism, checkpoints and MLflow."""
 
-from __future__ import annotations
-
 import dataclasses
 import importlib
 import traceback
@@ -58,7 +56,6 @@ class TaskError(ValueError):
 
 
 def load_task(module_name: str) -> ModuleType:
-    """Import the task module and check that it defines every name of the seam."""
     try:
         task = importlib.import_module(module_name)
     except Exception as error:  # not there, or its own code fails: one line that says where and why

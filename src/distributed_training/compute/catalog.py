@@ -72,24 +72,21 @@ class Catalog:
 
 
 def _family_node_types(family: dict, where: str) -> list[NodeType]:
-    missing = [name for name in FAMILY_FIELDS if name not in family]
-    if missing:
+    if missing := [name for name in FAMILY_FIELDS if name not in family]:
         raise CatalogError(f"{where}: family {family.get('family', '?')!r} lacks {', '.join(missing)}")
     for key, allowed in (("cloud", CLOUDS), ("multi_node", MULTI_NODE_VERDICTS), ("network", NETWORKS)):
         if family[key] not in allowed:
             raise CatalogError(f"{where}: family {family['family']!r} has {key} {family[key]!r}; use one of {allowed}")
     retired = family.get("retired")
     if retired is not None:
-        missing = [name for name in ("date", "source", "replacements")
-                   if not isinstance(retired, dict) or not retired.get(name)]
-        if missing:
+        if missing := [name for name in ("date", "source", "replacements")
+                       if not isinstance(retired, dict) or not retired.get(name)]:
             raise CatalogError(f"{where}: family {family['family']!r} has retired without {', '.join(missing)}")
         retired = Retirement(str(retired["date"]), retired["source"], tuple(retired["replacements"]))
     shared = {name: family[name] for name in FAMILY_FIELDS if name not in ("gpu_memory_gb", "node_types")}
     node_types = []
     for entry in family["node_types"]:
-        missing = [name for name in NODE_FIELDS if name not in entry]
-        if missing:
+        if missing := [name for name in NODE_FIELDS if name not in entry]:
             raise CatalogError(f"{where}: node type {entry.get('id', '?')!r} in family {family['family']!r} "
                                f"lacks {', '.join(missing)}")
         node_types.append(NodeType(

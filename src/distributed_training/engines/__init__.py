@@ -1,9 +1,5 @@
-"""The engines: each trains on a Spark cluster its own way, behind one interface (`Engine`).
-
-One module per engine, named after it, holding `ENGINE`; a project carries (and `train --engine` offers) the engines
-it chose. TorchDistributor, DeepSpeed and Ray Train run the shared loop (`training.loop`); Spark ML fits a pipeline."""
-
-from __future__ import annotations
+"""The engines, each training on a Spark cluster its own way behind one interface (`Engine`): one module per engine,
+named after it, holding `ENGINE`; a project carries (and `train --engine` offers) the engines it chose."""
 
 import importlib.util
 import os
@@ -34,7 +30,6 @@ class Engine:
     name: ClassVar[str]
 
     def default_table(self, config: Config) -> str:
-        """What a job trains on without --table: the task's table."""
         return load_task(config.task).DEFAULT_TABLE
 
     def sample_table(self, spark, config: Config):
@@ -42,7 +37,6 @@ class Engine:
         return load_task(config.task).sample_table(spark, config.seed)
 
     def local_session(self, config: Config):
-        """A local Spark session with a core per training process (at least two)."""
         from .local_spark import local_spark_session
 
         return local_spark_session(cores=max(placement(config).world_size, 2),

@@ -1,12 +1,7 @@
-"""The torch launcher on Spark: the shared loop under DDP on every process TorchDistributor (pyspark.ml.torch) starts
-from the driver. The DeepSpeed engine specialises it (deepspeed.py); the TorchDistributor engine is it as it is.
-
-Placement, following the platform's advice (single node first):
-- one node: `local_mode=True`, the processes run on the driver, one per GPU it has;
-- several nodes: `local_mode=False`, one process per executor GPU (`spark.task.resource.gpu.amount` 1; preflight);
-- `--local` (or no GPUs): `use_gpu=False`, N CPU processes talking over gloo.
-
-TorchDistributor pickles what it runs to the workers: the module-level `training.loop.train` and the run's `Config`."""
+"""The torch launcher on Spark: the shared loop under DDP on every process TorchDistributor (pyspark.ml.torch) starts,
+one per driver GPU on one node (`local_mode=True`: single node first), else one per executor GPU (`local_mode=False`,
+`spark.task.resource.gpu.amount` 1; preflight). The DeepSpeed engine specialises it (deepspeed.py). TorchDistributor
+pickles what it runs to the workers: the module-level `training.loop.train` and the run's `Config`."""
 
 import os
 
@@ -26,10 +21,9 @@ class TorchDistributorEngine(Engine):
         self.prepare(config, where)
         stage(spark, load_task(config.task), config, where.world_size)
         distributor, description = self.distributor(config, where), self.describe(where)
-        metrics = failures.reported(
-            lambda: distributor.run(run_on_a_rank, train_on_every_rank, failures.folder(config.output_dir), config,
-                                    environment),
-            config.output_dir, description)
+        failures_dir = failures.folder(config.output_dir)
+        metrics = failures.reported(lambda: distributor.run(run_on_a_rank, train_on_every_rank, failures_dir, config,
+                                                            environment), config.output_dir, description)
         return TrainingRun(description, metrics)
 
     def prepare(self, config: Config, where: Placement) -> None:

@@ -1,7 +1,5 @@
-"""Bring a worker's failure back to the driver as one line.
-
-Distributors stream the workers' output but not why a worker failed (TorchDistributor says only that training failed),
-so each rank records its exception in a shared folder and the launcher reports the earliest (the rest: its echo)."""
+"""A worker's failure, brought back to the driver as one line: distributors stream the workers' output but not why one
+failed (TorchDistributor says only that training failed), so each rank records its exception in a shared folder."""
 
 import os
 import shutil

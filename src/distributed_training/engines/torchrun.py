@@ -1,13 +1,12 @@
 """The shared loop under torchrun: plan a run here (`train --handoff-to-torchrun`), carry it out on GPU nodes that have
-no Spark (`python -m <package>.engines.torchrun`).
+no Spark (`python -m <package>.engines.torchrun --config FILE`: torchrun over this module's --worker).
 
 A serverless GPU job's `stage` task (Spark, no torch) runs `train --engine E --handoff-to-torchrun --job-run-id
-{{job.run_id}}`: it stages the table into the job run's folder, writes the run's config there (torchrun/config.json)
-and names it in the MLflow experiment as `torchrun_config.<job run id>`. Its `train` task, an `ai_runtime_task`, runs
-`src/command.sh`, hence this module, on every node: the AI Runtime passes no parameters and deploys the files beside
-the command once for all runs, but gives each attempt its own MLflow run (MLFLOW_RUN_ID), linked to its job run; so a
-node asks which job run left a config, and two runs (or a repair after a later run) never take each other's. Elsewhere
-(--local too) torchrun/command.sh runs this with `--config`, and torchrun runs it with --worker in each process."""
+{{job.run_id}}`: it stages the table into the job run's folder, writes the run's config there and names it in the
+MLflow experiment as `torchrun_config.<job run id>`. Its `train` task, an `ai_runtime_task`, runs `src/command.sh`,
+hence this module, on every node: the AI Runtime passes no parameters and deploys the files once for all runs, but
+gives each attempt its own MLflow run (MLFLOW_RUN_ID), linked to its job run; so a node asks which job run left a
+config, and two runs (or a repair after a later run) never take each other's."""
 
 import argparse
 import contextlib
@@ -157,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         distributed.leave_now()  # past the native teardown, where a finished gloo rank was seen to abort
     if announce_finished(config):
         return 0
-    refusal = refusal_to_resume(config)
-    if refusal:
+    if refusal := refusal_to_resume(config):
         print(f"error: {refusal}", file=sys.stderr)
         return 1
     first_node = os.environ.get("NODE_RANK", "0") == "0"  # it holds the folder for the run

@@ -1,12 +1,9 @@
 """The task: predict a taxi trip's fare from what is known about the trip (regression on a table).
 
 Everything this project trains is defined here; the loop, the launchers, checkpoints and MLflow know it only through
-the names below (see task_interface.py): to train your own model, change this file. The default table,
-`samples.nyctaxi.trips`, is in every Databricks workspace; rows that make no sense (no fare, no distance, a drop-off
-before the pick-up) and outliers are dropped first. The model, a small multilayer perceptron on normalised features,
-is scored against predicting the training mean."""
-
-from __future__ import annotations
+the names below (see task_interface.py): to train your own model, change this file. The default table is in every
+Databricks workspace; rows that make no sense (no fare, no distance, a drop-off before the pick-up) and outliers are
+dropped first. The model, a small multilayer perceptron on normalised features, is scored against the training mean."""
 
 import math
 from dataclasses import dataclass, field
@@ -75,9 +72,8 @@ def prepare(table, options: Options, keep=()):
 
     times, numbers = (TimestampType, TimestampNTZType), NumericType
     kinds = {"tpep_pickup_datetime": times, "tpep_dropoff_datetime": times, "trip_distance": numbers, LABEL: numbers}
-    wrong = [f"{name} ({dict(table.dtypes).get(name, 'missing')})" for name, kind in kinds.items()
-             if name not in table.columns or not isinstance(table.schema[name].dataType, kind)]
-    if wrong:
+    if wrong := [f"{name} ({dict(table.dtypes).get(name, 'missing')})" for name, kind in kinds.items()
+                 if name not in table.columns or not isinstance(table.schema[name].dataType, kind)]:
         raise ValueError(f"the features are made from timestamps (the times) and numbers (distance, fare), which the "
                          f"column(s) {', '.join(wrong)} are not; the table has {', '.join(table.columns)}. Cast them, "
                          f"or pass --table with a table shaped like {DEFAULT_TABLE}")
@@ -112,9 +108,8 @@ def statistics(train, options: Options) -> dict:
 
 def examples(rows, stats: dict, options: Options) -> tuple:
     """(normalised features, normalised fare): what the model reads and predicts."""
-    columns = [torch.from_numpy(rows.column(name).to_numpy().astype("float32")) for name in (*FEATURES, LABEL)]
-    normalised = [(column - stats[name]["mean"]) / stats[name]["std"] for name, column in zip((*FEATURES, LABEL),
-                                                                                              columns)]
+    normalised = [(torch.from_numpy(rows.column(name).to_numpy().astype("float32")) - stats[name]["mean"])
+                  / stats[name]["std"] for name in (*FEATURES, LABEL)]
     return torch.stack(normalised[:-1], dim=1), normalised[-1]
 
 
@@ -183,6 +178,5 @@ def score(model, rows, stats: dict, options: Options) -> dict:
 
 def exported_model(model, stats: dict, batch) -> tuple:
     """What MLflow logs: trips' raw features in, fares out; a few held-out trips as its input example."""
-    means = torch.tensor([stats[name]["mean"] for name in FEATURES])
-    stds = torch.tensor([stats[name]["std"] for name in FEATURES])
-    return FarePredictor(model, stats).eval(), (batch[0][:5] * stds + means).numpy()
+    predictor = FarePredictor(model, stats).eval()
+    return predictor, (batch[0][:5] * predictor.stds + predictor.means).numpy()

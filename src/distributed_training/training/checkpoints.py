@@ -6,10 +6,8 @@
 
 Only a checkpoint marked complete counts, every file is renamed into place, and one that does not load is skipped
 with a warning: a run killed mid-save leaves nothing a resume would take for whole. A resumed run ends where an
-uninterrupted one would, even mid-epoch (the data order depends only on seed, rank and epoch: `ShuffledBatches`). A
-resume must share the checkpoint's run identity, what changes the math or the data order (task, options, data,
-processes, parallelism, seed, batch, accumulation), not logging, cadence or length (`refusal_to_resume`). --init-from
-starts a new run from another run's checkpoint: its weights, or its whole state where the identities match."""
+uninterrupted one would, even mid-epoch (the data order depends only on seed, rank and epoch). A resume needs the
+checkpoint's run identity: what changes the math or the data order, not logging, cadence or length."""
 
 import json
 import os
@@ -49,8 +47,7 @@ def named_checkpoint(path: str) -> tuple[str, str]:
     if TAG.match(os.path.basename(path)) and os.path.exists(os.path.join(path, MARKER)):
         return os.path.dirname(path), os.path.basename(path)
     for directory in (path, os.path.join(path, CHECKPOINTS_DIR)):
-        steps = complete_steps(directory)
-        if steps:
+        if steps := complete_steps(directory):
             return directory, tag_of(steps[0])
     raise CheckpointFolderError(f"--init-from {path} holds no complete checkpoint (step-NNNNNNNN with {MARKER}): "
                                 f"give an earlier run's output folder, its {CHECKPOINTS_DIR} folder or a checkpoint")

@@ -1,10 +1,6 @@
-"""Staged data as the ranks see it: parquet files on a shared folder, and the manifest that describes them.
-
-Spark writes the task's rows once (`staging`), a file per process and split; each rank reads its own with pyarrow, and
-memory-maps token ids (of a task with `tokenize`) from a copy on its node's local disk. Nothing here needs Spark or
-torch (the stage task has no torch, torchrun's processes no Spark)."""
-
-from __future__ import annotations
+"""Staged data as the ranks see it: parquet files on a shared folder, a file per process and split, which each rank
+reads with pyarrow (token ids: memory-mapped from a copy on its node's local disk), and the manifest that describes
+them. Nothing here needs Spark or torch (the stage task has no torch, torchrun's processes no Spark)."""
 
 import glob
 import hashlib
@@ -44,7 +40,7 @@ class StagedData:
         write_json(os.path.join(self.directory, MANIFEST), {k: v for k, v in asdict(self).items() if k != "directory"})
 
     @classmethod
-    def load(cls, directory: str) -> StagedData:
+    def load(cls, directory: str) -> "StagedData":
         path = os.path.join(directory, MANIFEST)
         try:
             with open(path) as file:
@@ -101,7 +97,6 @@ def read_shard(directory: str, rank: int, world_size: int, require_rows: bool = 
 
 
 def local_cache(staged_directory: str) -> str:
-    """The node-local folder for the ranks' copies of one staging folder's tokens."""
     root = LOCAL_DISK if os.access(os.path.dirname(LOCAL_DISK), os.W_OK) else tempfile.gettempdir()
     return os.path.join(root, "distributed-training-tokens", hashlib.sha256(staged_directory.encode()).hexdigest()[:16])
 

@@ -1,7 +1,5 @@
-"""The DeepSpeed config of a run, generated from its options (and a config to start from, e.g. `advise --json`).
-
-The loop's own optimizer and schedule go to `deepspeed.initialize`: the config names neither; clipping and precision
-come from the options, as under DDP. The driver writes it before any training process, without torch or DeepSpeed."""
+"""The DeepSpeed config of a run, from its options and a config to start from (e.g. `advise --json`), without torch or
+DeepSpeed. It names no optimizer or schedule: the loop's own go to `deepspeed.initialize`."""
 
 from ..config import Config
 

@@ -1,7 +1,5 @@
-"""Where this process sits in a distributed run, read from the environment every launcher sets.
-
-Every launcher (torchrun, TorchDistributor, DeepSpeed, Ray Train) exports RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-MASTER_PORT; a lone process is rank 0 of a world of one, without a group. Ray Train starts and ends the group itself."""
+"""Where this process sits in a distributed run, read from the RANK, WORLD_SIZE and LOCAL_RANK every launcher sets (a
+lone process is rank 0 of a world of one, without a group), and the collectives the loop uses across the ranks."""
 
 import os
 import sys
@@ -30,8 +28,7 @@ class Process:
 
 
 def start(use_gpu: bool, timeout_seconds: float = 1800) -> Process:
-    """Join the process group (when there is more than one process) and pick this process's device. A peer that does
-    not come, or a collective a peer never joins, ends in an error after `timeout_seconds`."""
+    """Join the process group (several processes) and pick the device; a peer missing `timeout_seconds` fails it."""
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -47,7 +44,7 @@ def start(use_gpu: bool, timeout_seconds: float = 1800) -> Process:
         device = torch.device("cpu")
         # Processes on one machine share its cores; more threads than that only make them wait for each other.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))))
-    starts_group = world_size > 1 and not dist.is_initialized()
+    starts_group = world_size > 1 and not dist.is_initialized()  # Ray Train starts and ends the group itself
     if starts_group:
         dist.init_process_group(backend="nccl" if use_gpu else "gloo", init_method="env://",
                                 timeout=timedelta(seconds=timeout_seconds))
@@ -85,7 +82,6 @@ def sum_tensor_over_ranks(process: Process, tensor: torch.Tensor) -> torch.Tenso
 
 
 def sum_dict_over_ranks(process: Process, values: dict[str, float]) -> dict[str, float]:
-    """Every rank's dict (the same keys on all) summed key by key."""
     names = sorted(values)
     return dict(zip(names, _reduce(process, [values[name] for name in names], dist.ReduceOp.SUM)))
 

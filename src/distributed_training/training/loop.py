@@ -1,11 +1,8 @@
 """The training loop, the same on every rank under every launcher (TorchDistributor, DeepSpeed, Ray Train, torchrun).
 
 It knows nothing of Spark, and of the task only its seam (task_interface.py); DDP, FSDP2 or DeepSpeed (the strategy)
-makes the updates; length, logging, evaluation and checkpoints count optimizer steps. `train` is a module-level
-function of one picklable argument; every rank returns the same (all-reduced) metrics, because TorchDistributor keeps
-the return value of whichever rank ends last."""
-
-from __future__ import annotations
+makes the updates; length, logging, evaluation and checkpoints count optimizer steps. Every rank returns the same
+(all-reduced) metrics, because TorchDistributor keeps the return value of whichever rank ends last."""
 
 import math
 import os
@@ -102,7 +99,6 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
     step = resumed["step"] if resumed else 0
 
     def settled(part: dict) -> None:
-        """Updates added up over the ranks: checked, and added to the epoch's totals."""
         nonlocal epoch_totals
         if part["updates"] and not math.isfinite(part["loss_sum"]):
             raise NonFiniteLoss(f"the training loss became {part['loss_sum']} by step {step}: no checkpoint of it "
@@ -198,7 +194,7 @@ class Plan:
     updates: int  # the whole run's: the learning-rate schedule spans it
 
     @classmethod
-    def of(cls, config: Config, micro_batches: int, per_rank: int) -> Plan:
+    def of(cls, config: Config, micro_batches: int, per_rank: int) -> "Plan":
         updates_per_epoch = micro_batches // config.grad_accumulation
         if updates_per_epoch == 0:
             raise ValueError(f"{per_rank} examples per rank make {micro_batches} batch(es) of {config.batch_size}, "
@@ -217,10 +213,9 @@ class Plan:
 
 def update(task, strategy, window: list[tuple], process: distributed.Process):
     """One optimizer update from a window's micro-batches (on the device): (this rank's loss summed over its items, the
-    window's items over every rank, the gradients' norm). The gradients are those of the mean loss over every item of
-    the window on every rank, whatever the micro-batches' sizes: each micro-batch's mean loss is weighed by its share of
-    the items (the task's `count`, tokens for the LM; else examples, so a short last batch weighs less), times the
-    number of ranks, which DDP and DeepSpeed average over. The ranks reduce gradients once, in the last micro-batch."""
+    window's items over every rank, the gradients' norm). The gradients are the mean loss's over every item of the
+    window on every rank: each micro-batch's mean loss is weighed by its share of the items (the task's `count`, else
+    examples: a short last batch weighs less), times the number of ranks, which DDP and DeepSpeed average over."""
     counts = _counts(task, window, process.device)
     total = counts.sum()
     if hasattr(task, "count"):
@@ -254,7 +249,6 @@ def recomputing(forward):
 
 def epoch_record(task, strategy, held_out: tuple, stats: dict, process: distributed.Process, epoch: int, step: int,
                  totals: dict, learning_rate: float) -> dict:
-    """An epoch's line in the run's history: its training figures and the held-out metrics over the whole split."""
     scores = evaluate(task, strategy, held_out, stats, process)
     train_loss = totals["loss_sum"] / totals["items"]
     if not math.isfinite(scores["held_out_loss"]):
@@ -361,9 +355,8 @@ class ShuffledBatches:
 
 def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.Process,
              most_batches: int | None = None) -> dict:
-    """The task's held-out metrics over every rank's share (its first `most_batches` batches, where given). Every
-    rank runs the same number of forward passes (ZeRO 3 gathers the weights in each): a rank whose share is done
-    repeats its first batch and ignores it."""
+    """The task's held-out metrics over every rank's share (its first `most_batches` batches, where given). Every rank
+    runs as many forward passes (ZeRO 3 gathers weights in each): one whose share is done repeats a batch, ignored."""
     rows = len(held_out[0]) if most_batches is None else min(len(held_out[0]), most_batches * EVALUATION_BATCH)
     batches = distributed.max_over_ranks(process, math.ceil(rows / EVALUATION_BATCH))
     model, sums = strategy.inference_model, {}

@@ -1,13 +1,6 @@
 """How gradients are made and applied behind one small object, which the loop uses alike for DDP, FSDP2 or DeepSpeed:
-
-    strategy.prepare(model, make_optimizer, schedule)   # wrap the model; the loop's optimizer and LR schedule
-    for micro_batch in window:                          # `accumulation` micro-batches make one update
-        with strategy.micro_batch(last=...):            # forward and backward: DDP reduces only in the last one
-            with strategy.autocast():
-                loss = task.loss(strategy.model, strategy.to_device(micro_batch))
-            strategy.backward(loss * weight)            # the loop weighs each micro-batch (see loop.update)
-    grad_norm = strategy.step()                         # clip, update, advance the schedule: once per window
-    strategy.save(directory, tag) / strategy.load(directory, tag)   # every rank calls them (checkpoints)
+`prepare` wraps the model, each micro-batch of a window runs in `micro_batch` (forward under `autocast`, `backward`),
+`step` clips and updates once per window, and every rank calls `save` and `load` (checkpoints); see loop.update.
 
 The loop weighs, so accumulation means the same under each: the gradients of the mean loss over every item of the
 window on every rank, reduced once per update. Mixed precision is autocast (DeepSpeed: fp32 master weights in its
@@ -48,10 +41,6 @@ class Strategy:
     def autocast(self):
         return torch.autocast(self.process.device.type, dtype=HALF_TYPES.get(self.precision),
                               enabled=self.precision != "fp32")
-
-    def micro_batch(self, last: bool):
-        """Where a micro-batch's forward and backward run; `last`: the window's last, whose backward reduces."""
-        return contextlib.nullcontext()
 
     def follow_schedule(self) -> None:
         """Set the rate of the step reached by this run's schedule: after a resume, a run longer than the one that

@@ -1,8 +1,5 @@
 """How fast a run trains: tokens (or examples) per second, model FLOPs utilisation (MFU), and where a step's time goes.
-One definition, so the loop's progress lines, MLflow and metrics.json match the GPU check (benchmarks/gpu_check.py):
-
-    MFU = tokens/s x the model's training FLOPs per token / (GPUs x one GPU's dense 16-bit peak FLOP/s)
-
+One definition, so the loop's progress lines, MLflow and metrics.json match the GPU check (benchmarks/gpu_check.py).
 FLOPs per token are the task's (`flops_per_token`; without it, no MFU); peaks (gpu_peaks.yaml) NVIDIA's dense 16-bit
 figures by the driver's exact GPU name: an unlisted GPU or a CPU gets MFU only from a given peak."""
 
@@ -22,18 +19,14 @@ class Peak:
     source: str  # the data sheet
 
 
-# Keys: the driver's names, as `normalised` leaves them.
+# Keys: the driver's names, as `peak_of` normalises them.
 PEAKS = {name: Peak(**figures) for name, figures in
          yaml.safe_load(Path(__file__).with_name("gpu_peaks.yaml").read_text()).items()}
 
 
-def normalised(device_name: str) -> str:
-    return " ".join(device_name.split()).lower().removeprefix("nvidia ").removeprefix("tesla ")
-
-
 def peak_of(device_name: str) -> Peak | None:
     """The GPU's peak by its exact name (case and a leading NVIDIA/Tesla aside); None for a GPU not listed."""
-    return PEAKS.get(normalised(device_name))
+    return PEAKS.get(" ".join(device_name.split()).lower().removeprefix("nvidia ").removeprefix("tesla "))
 
 
 def mfu(tokens_per_second: float, flops_per_token: float, gpus: int, peak_tflops: float) -> float:
@@ -42,7 +35,6 @@ def mfu(tokens_per_second: float, flops_per_token: float, gpus: int, peak_tflops
 
 
 def peak_tflops_of(device) -> float | None:
-    """The dense 16-bit peak of the GPU a torch device is, or None (a CPU, or a GPU not listed)."""
     if device.type != "cuda":
         return None
     import torch

@@ -1,11 +1,5 @@
-"""MLflow tracking for a training run: rank 0 alone logs the params, the metrics (every --log-every-steps, and every
-epoch's, at the global step) and the model. Without MLflow the run says so once and trains on, untracked.
-
-Where to: with --local (and no MLFLOW_TRACKING_URI) a file store under the output folder; elsewhere the environment's
-(`databricks` on a cluster). A resumed run continues its MLflow run (the id is in the checkpoints), unless the platform
-opened one for the attempt (MLFLOW_RUN_ID, a serverless GPU task's). Tagged with the `job_run_id`."""
-
-from __future__ import annotations
+"""MLflow tracking for a training run: rank 0 alone logs the params, the metrics (every --log-every-steps and every
+epoch, at the global step) and the model; without MLflow the run says so once and trains on, untracked."""
 
 import importlib.metadata
 import os
@@ -100,7 +94,6 @@ class Tracker:
             self.mlflow.log_artifact(path)
 
     def log_folder(self, path: str, name: str) -> None:
-        """A whole folder (a saved Spark ML pipeline) as artifacts of the run, under `name`."""
         if self.active:
             self._flush()
             self.mlflow.log_artifacts(path, name)
