@@ -1,7 +1,6 @@
-"""A run's folder (--output-dir): what one run owns, held while it trains, and whether it has finished. On a job it is
-the job run's own, `<volume>/<engine>/<job run id>`: a retry or repair keeps the id and resumes there, a new run starts
-fresh. A run into a folder whose run has finished reports its metrics and ends: a repair that reruns a finished task
-costs nothing and changes nothing."""
+"""A run's folder (--output-dir): what one run owns, held while it trains, and whether it has finished. A job run's is
+its own (`<volume>/<engine>/<job run id>`): a retry or repair resumes there, a new run starts fresh; a run into a
+finished run's folder reports its metrics and ends, so a repair that reruns a finished task changes nothing."""
 
 import errno
 import fcntl

@@ -1,4 +1,4 @@
-"""What each training engine needs from its cluster (FACTS.md: runtimes, GPUs, Spark scheduling)."""
+"""What each training engine needs from its cluster: runtimes, GPUs, Spark scheduling."""
 
 from dataclasses import dataclass
 

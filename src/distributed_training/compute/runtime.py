@@ -1,5 +1,4 @@
-"""Databricks Runtime versions (`spark_version` strings such as `17.3.x-scala2.13`, `17.3.x-gpu-ml-scala2.13`), and
-the versions file (`versions.yaml` beside this file) that names the ones the project uses."""
+"""Databricks Runtime versions (`spark_version`, e.g. `17.3.x-gpu-ml-scala2.13`), and the ones the project uses."""
 
 import re
 from dataclasses import dataclass, replace

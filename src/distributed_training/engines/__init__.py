@@ -18,8 +18,6 @@ class LaunchError(Exception):
 
 @dataclass(frozen=True)
 class TrainingRun:
-    """What an engine did (one line for people) and the metrics the training returned."""
-
     description: str
     metrics: dict
 
@@ -33,7 +31,6 @@ class Engine:
         return load_task(config.task).DEFAULT_TABLE
 
     def sample_table(self, spark, config: Config):
-        """What --local trains on without --table: a small DataFrame shaped like the default table."""
         return load_task(config.task).sample_table(spark, config.seed)
 
     def local_session(self, config: Config):

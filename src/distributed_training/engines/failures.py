@@ -35,8 +35,7 @@ def folder(output_dir: str) -> str:
 
 
 def reported(start: Callable, output_dir: str, description: str):
-    """`start()`: a distributor's run, whose ranks run under `run_recording_failure` into `folder(output_dir)`.
-    Its failure comes back as a LaunchError naming the first rank's exception."""
+    """Run `start()`, a distributor whose ranks record failures: one comes back as a LaunchError naming the first."""
     from . import LaunchError
 
     shutil.rmtree(folder(output_dir), ignore_errors=True)

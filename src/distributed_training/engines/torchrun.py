@@ -117,8 +117,7 @@ def job_run_of(mlflow_run_id: str, job_runs: list[str]) -> str:
 
 
 def torchrun_command(config: Config, config_path: str) -> list[str]:
-    """torchrun over this module's --worker: a process per GPU (or CPU process) on each node. Several nodes meet
-    at the first one, whose address and each node's rank the platform sets as NODE_RANK and MASTER_ADDR."""
+    """torchrun over this module's --worker: a process per GPU (or CPU process) on each node, meeting at the first."""
     where = placement(config)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(where.processes_per_node)]
     if where.nodes == 1:

@@ -11,8 +11,6 @@ exists in every Databricks workspace; its `o_comment` column is TPC-H's generate
 the unigram model: every token predicted with its frequency in the training split.
 """
 
-from __future__ import annotations
-
 import math
 import random
 from dataclasses import dataclass, field

@@ -113,8 +113,6 @@ def _ensure_writable_folder(directory: str) -> None:
 
 class Checkpoints:
     def __init__(self, directory: str, process, keep: int, run_identity: dict, log=print):
-        if keep < 1:
-            raise ValueError(f"keep must be at least 1 checkpoint, got {keep}")
         _ensure_writable_folder(directory)
         self.directory, self.process, self.keep, self.run_identity, self.log = (
             directory, process, keep, run_identity, log)

@@ -102,8 +102,7 @@ def local_cache(staged_directory: str) -> str:
 
 
 def mapped_tokens(directory: str, rank: int, world_size: int, dtype: str, require_rows: bool, local_copy: str):
-    """This rank's token ids, memory-mapped from `local_copy`, written first if absent (copies of earlier stagings
-    go): the rank's files' token streams, one after the other, read a few rows at a time."""
+    """This rank's token ids memory-mapped from `local_copy`, written first if absent (earlier stagings' copies go)."""
     import numpy as np
     import pyarrow.parquet as pq
 

@@ -107,7 +107,8 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
         epoch_totals = {name: total + part[name] for name, total in totals.items()}  # JSON numbers: in checkpoints
 
     log(f"training {config.task_name} on {process.world_size} process(es), {process.device.type}, {config.engine}, "
-        f"{config.precision}: {per_rank} examples per rank, {plan.describe()}, steps {step + 1}..{plan.updates}")
+        f"{config.precision}: {per_rank} examples per rank, {plan.updates_per_epoch} optimizer steps per epoch, "
+        f"{plan.updates} in all ({plan.epochs} epoch(s)), steps {step + 1}..{plan.updates}")
     try:
         while step < plan.updates:
             epoch, first = plan.epoch_of(step), step % plan.updates_per_epoch
@@ -207,15 +208,11 @@ class Plan:
         """The epoch (from 1) that the update after `step` updates belongs to."""
         return step // self.updates_per_epoch + 1
 
-    def describe(self) -> str:
-        return f"{self.updates_per_epoch} optimizer steps per epoch, {self.updates} in all ({self.epochs} epoch(s))"
-
 
 def update(task, strategy, window: list[tuple], process: distributed.Process):
     """One optimizer update from a window's micro-batches (on the device): (this rank's loss summed over its items, the
-    window's items over every rank, the gradients' norm). The gradients are the mean loss's over every item of the
-    window on every rank: each micro-batch's mean loss is weighed by its share of the items (the task's `count`, else
-    examples: a short last batch weighs less), times the number of ranks, which DDP and DeepSpeed average over."""
+    window's items over every rank, the gradients' norm). Each micro-batch's mean loss is weighed by its share of the
+    window's items on every rank (the task's `count`, else examples), times the ranks that DDP and DeepSpeed average."""
     counts = _counts(task, window, process.device)
     total = counts.sum()
     if hasattr(task, "count"):

@@ -1,10 +1,8 @@
 """How gradients are made and applied behind one small object, which the loop uses alike for DDP, FSDP2 or DeepSpeed:
 `prepare` wraps the model, each micro-batch of a window runs in `micro_batch` (forward under `autocast`, `backward`),
 `step` clips and updates once per window, and every rank calls `save` and `load` (checkpoints); see loop.update.
-
-The loop weighs, so accumulation means the same under each: the gradients of the mean loss over every item of the
-window on every rank, reduced once per update. Mixed precision is autocast (DeepSpeed: fp32 master weights in its
-optimizer). A checkpoint holds the plain model's weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile)."""
+Mixed precision is autocast (DeepSpeed: fp32 master weights in its optimizer). A checkpoint holds the plain model's
+weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile)."""
 
 import contextlib
 import os
@@ -30,8 +28,6 @@ STATE_FILE = "state.pt"
 
 
 class Strategy:
-    """What every strategy shares: the device, the precision and the learning rate's schedule."""
-
     def __init__(self, process: Process, precision: str):
         self.process, self.precision = process, precision
 

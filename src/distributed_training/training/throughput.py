@@ -1,7 +1,6 @@
 """How fast a run trains: tokens (or examples) per second, model FLOPs utilisation (MFU), and where a step's time goes.
 One definition, so the loop's progress lines, MLflow and metrics.json match the GPU check (benchmarks/gpu_check.py).
-FLOPs per token are the task's (`flops_per_token`; without it, no MFU); peaks (gpu_peaks.yaml) NVIDIA's dense 16-bit
-figures by the driver's exact GPU name: an unlisted GPU or a CPU gets MFU only from a given peak."""
+MFU needs the task's `flops_per_token` and a peak: NVIDIA's dense 16-bit figure of a GPU listed in gpu_peaks.yaml."""
 
 import time
 from contextlib import contextmanager
