@@ -309,15 +309,15 @@ ACCEPTED = [
     # ---- issue 33: source-linked deployment
     Case("a local code_source_path with source-linked deployment off", serverless(
         "targets: {dev: {mode: development, default: true, presets: {source_linked_deployment: false}}}\n"),
-        "bundle/config/mutator/apply_source_linked_deployment_preset.go (an explicit false stays off)"),
+        "bundle/config/mutator/apply_source_linked_deployment_preset.go:26 (an explicit false stays off)"),
     Case("a local code_source_path in a development target left to its default", serverless(
         "targets: {dev: {mode: development, default: true}}\n"),
-        "bundle/config/mutator/apply_source_linked_deployment_preset.go (on by default in development mode on "
-        "Databricks compute), aicode/validate.go", "code-source-with-source-linked",
+        "bundle/config/mutator/apply_source_linked_deployment_preset.go:70 (on by default in development mode on "
+        "Databricks compute), aicode/validate.go:210", "code-source-with-source-linked",
         "resources.jobs.train.tasks[0].ai_runtime_task.code_source_path"),
     Case("a local code_source_path in a production target left to its default", serverless(
         "targets: {prod: {mode: production, workspace: {root_path: /Workspace/Shared/x}}}\n"),
-        "bundle/config/mutator/apply_source_linked_deployment_preset.go (development mode only)"),
+        "bundle/config/mutator/apply_source_linked_deployment_preset.go:70 (development mode only)"),
 ]
 
 REFUSED = [
