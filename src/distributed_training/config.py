@@ -129,6 +129,8 @@ class Config:
     eval_batches: int = option(20, "held-out batches per process in an evaluation every --eval-every-steps",
                                parse=whole(1, 10 ** 6), metavar="N")
     keep_checkpoints: int = option(2, "how many of the newest checkpoints to keep", parse=whole(1, 1000), metavar="N")
+    keep_staged_days: int = option(7, "a run that stages removes the staged rows of the finished runs beside it older "
+                                   "than this (0: kept)", parse=whole(0, 100_000), metavar="DAYS")
     resume: bool = option(True, "start over instead of resuming from the newest complete checkpoint in OUTPUT_DIR")
     init_from: str | None = option(None, "start a new run from an earlier run's checkpoint: its output folder (its "
                                    "newest complete checkpoint), its checkpoints folder, or one checkpoint folder "

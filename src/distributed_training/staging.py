@@ -13,9 +13,11 @@ import math
 import os
 import re
 import shutil
+import time
 import uuid
 
-from .config import Config
+from .config import STAGING_DIR, Config
+from .run_folder import METRICS_FILE, FolderInUse, held
 from .training.checkpoints import complete_steps
 from .training.data import MANIFEST, StagedData
 
@@ -111,7 +113,7 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
         before = StagedData.load(config.staging_dir)
     except (OSError, ValueError, TypeError):  # none, damaged, or from an older version: staged again
         before = None
-    if before and before.recipe == recipe:
+    if before and before.recipe == recipe and os.path.isdir(before.train_dir):  # (removed once the run was old)
         print(f"using the data staged at {config.staging_dir}: {config.table} is as it was staged "
               f"({recipe['fingerprint']['of']})", flush=True)
         check_windows(task, config, before.train_rows, world_size)
@@ -161,6 +163,7 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
     finally:
         shutil.rmtree(rows_dir, ignore_errors=True)
     staged.save()
+    remove_old_staging(config.output_dir, config.keep_staged_days)
     return staged
 
 
@@ -184,3 +187,28 @@ def tokenized(rows, tokenize, options):
                                            for start in range(0, len(tokens), TOKENS_A_ROW)]})
 
     return rows.mapInPandas(streams, "tokens binary")
+
+
+def remove_old_staging(output_dir: str, keep_days: int) -> None:
+    """The staged rows of the runs beside this one (a job's earlier runs) that finished over `keep_days` days ago (0:
+    kept), which each new run of a schedule would otherwise leave behind: a copy of the table a run. Never those of a
+    run that has not finished (a retry or a repair resumes it on its data) or that trains now (its folder is held);
+    the manifest stays, which `score` reads, and a finished run continued further (a larger --max-steps) stages its
+    unchanged table again into the same rows, or is refused if the table changed."""
+    parent, cutoff = os.path.dirname(output_dir.rstrip("/")), time.time() - keep_days * 86_400
+    for name in sorted(os.listdir(parent)) if keep_days else ():
+        run = os.path.join(parent, name)
+        try:
+            finished = os.stat(os.path.join(run, METRICS_FILE)).st_mtime
+            staged = StagedData.load(os.path.join(run, STAGING_DIR))
+        except (OSError, ValueError, TypeError):  # not finished, or no run's staging
+            continue
+        if finished > cutoff or run == output_dir or not os.path.isdir(staged.train_dir):
+            continue
+        try:
+            with held(run):
+                for directory in (staged.train_dir, staged.test_dir):
+                    shutil.rmtree(directory, ignore_errors=True)
+        except FolderInUse:  # it trains again now (continued further)
+            continue
+        print(f"removed the staged rows of {run}, finished over {keep_days} day(s) ago", flush=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import numpy as np
 import pytest
@@ -180,3 +181,44 @@ def test_the_same_rows_are_held_out_however_the_table_is_partitioned_or_ordered(
     train = sorted(map(tuple, split(prepared, seed=7)[0].collect()))
     assert len(train) + len(once) == prepared.count() and not set(train) & set(once)
     assert held_out(prepared) != sorted(map(tuple, split(prepared, seed=8)[1].collect()))  # the seed decides
+
+
+def test_a_run_that_stages_removes_the_staged_rows_of_runs_that_finished_long_ago_and_only_theirs(spark, tmp_path,
+                                                                                                  capsys):
+    """A schedule's runs each stage the table into their own folder: a new run removes the staged rows (train/ and
+    test/, not the manifest that score reads) of the runs beside it that finished over --keep-staged-days ago, and of
+    no run that has not finished (a retry or repair resumes it on them) or that trains now. A finished run continued
+    further (a larger --max-steps) stages its unchanged table again: the same rows, the same held-out rows."""
+    import pyarrow.parquet as pq
+
+    from distributed_training.run_folder import held
+
+    table, runs, now = write_sample(spark, FARE, tmp_path / "table", 400), tmp_path / "torch_distributor", time.time()
+
+    def run(name: str, finished_days_ago: float | None = None, keep_days: int = 0):
+        config = resolved_config(runs / name, FARE, table=table, keep_staged_days=keep_days)
+        data = stage(spark, load_task(FARE), config, 2)
+        if finished_days_ago is not None:
+            (runs / name / "metrics.json").write_text("{}")
+            os.utime(runs / name / "metrics.json", (now - finished_days_ago * 86_400,) * 2)
+        return config, data
+
+    old, old_data = run("101", finished_days_ago=30)
+    held_out = pq.read_table(old_data.test_dir).to_pandas()
+    run("102", finished_days_ago=1)
+    run("103")  # not finished, though staged long ago
+    os.utime(runs / "103", (now - 30 * 86_400,) * 2)
+    run("104", finished_days_ago=30)  # finished, and continued further right now: its folder is held
+    capsys.readouterr()
+    with held(str(runs / "104")):
+        run("105", keep_days=7)
+    assert capsys.readouterr().out.count("removed the staged rows of") == 1
+    assert sorted(os.listdir(runs / "101" / "staging")) == [MANIFEST]
+    for kept in ("102", "103", "104", "105"):
+        assert sorted(os.listdir(runs / kept / "staging")) == [MANIFEST, "test", "train"], kept
+    again = stage(spark, load_task(FARE), old, 2)  # the old run, continued
+    assert (again.train_rows, again.test_rows, again.stats) == (old_data.train_rows, old_data.test_rows,
+                                                                old_data.stats)
+    again_held_out = pq.read_table(again.test_dir).to_pandas()
+    in_order = lambda rows: rows.sort_values(list(rows.columns)).reset_index(drop=True)  # noqa: E731
+    assert in_order(again_held_out).equals(in_order(held_out))
