@@ -318,6 +318,16 @@ ACCEPTED = [
     Case("a local code_source_path in a production target left to its default", serverless(
         "targets: {prod: {mode: production, workspace: {root_path: /Workspace/Shared/x}}}\n"),
         "bundle/config/mutator/apply_source_linked_deployment_preset.go:70 (development mode only)"),
+    Case("a production target without root_path, and a job without run_as (a principal may deploy it)", {
+        "databricks.yml": "bundle: {name: verdicts}\ninclude: [resources/*.yml]\ntargets: {prod: {mode: production}}\n",
+        **job("""
+        jobs:
+          etl: {name: etl, tasks: [{task_key: run, existing_cluster_id: abc,
+                                    notebook_task: {notebook_path: /Workspace/x}}]}
+        """)},
+        "bundle/config/mutator/resourcemutator/validate_target_mode.go (validateProductionMode: an error when a user "
+        "deploys it, a recommendation when a service principal does; who deploys is unknown offline)",
+        "production-without-root-path", "targets.prod"),
 ]
 
 REFUSED = [
@@ -445,15 +455,6 @@ REFUSED = [
     Case("a variable-overrides.json that is not JSON", {"databricks.yml": ROOT},
          "bundle/config/mutator/set_variables.go (readVariablesFromFile)", "variable-overrides-unreadable",
          more_files={".databricks/bundle/dev/variable-overrides.json": "{not json"}),
-    Case("a production target without root_path, and a job without run_as", {
-        "databricks.yml": "bundle: {name: verdicts}\ninclude: [resources/*.yml]\ntargets: {prod: {mode: production}}\n",
-        **job("""
-        jobs:
-          etl: {name: etl, tasks: [{task_key: run, existing_cluster_id: abc,
-                                    notebook_task: {notebook_path: /Workspace/x}}]}
-        """)},
-        "bundle/config/mutator/resourcemutator/validate_target_mode.go (validateProductionMode)",
-        "production-without-root-path", "targets.prod"),
     Case("a pipeline library glob that matches nothing", job("""
         pipelines:
           etl: {name: etl, libraries: [{notebook: {path: ../notebooks/*.py}}]}
@@ -467,7 +468,7 @@ REFUSED = [
         "local-path-wrong-kind", "resources.pipelines.etl.libraries[0].notebook.path"),
 ]
 # The matrix only grows: cases are added as verdicts are found, not removed.
-MIN_ACCEPTED, MIN_REFUSED = 34, 33
+MIN_ACCEPTED, MIN_REFUSED = 35, 32
 
 
 def write(folder: Path, case: Case) -> Path:

@@ -36,7 +36,6 @@ def errors(report: dict) -> set[tuple[str, str | None, str | None]]:
     ("duplicate_resource_key", ("duplicate-resource-key", "resources/train_copy.yml", "resources.jobs.train")),
     ("include_matches_nothing", ("include-file-missing", "databricks.yml", "include[1]")),
     ("wheel_entry_point_missing", ("wheel-entry-point-missing", JOB_FILE, f"{TASK}.python_wheel_task.entry_point")),
-    ("production_without_root_path", ("production-without-root-path", "databricks.yml", "targets.prod")),
     ("single_node_mixed_forms", ("single-node-mixed-forms", JOB_FILE, CLUSTER)),
     ("yaml_syntax_error", ("yaml-syntax", JOB_FILE, None)),
     # its own catalog (src/example/compute/node_types.yaml) is from before the NCv3 retirement
@@ -52,6 +51,9 @@ def test_broken_bundle_is_refused_for_its_defect_only(bundle, expected):
     ("single_node_incomplete", ("single-node-incomplete", JOB_FILE, f"{CLUSTER}.num_workers")),
     # the CLI warns "unknown field: autotermination_minute" and drops it (libs/dyn/convert/normalize.go)
     ("unknown_field_typed", ("unknown-field", JOB_FILE, f"{CLUSTER}.autotermination_minute")),
+    # the CLI refuses it when a user deploys, recommends it when a service principal does
+    # (bundle/config/mutator/resourcemutator/validate_target_mode.go): who deploys is unknown offline
+    ("production_without_root_path", ("production-without-root-path", "databricks.yml", "targets.prod")),
 ])
 def test_a_defect_the_cli_warns_about_is_a_warning_for_its_defect_only(bundle, expected):
     report = validate_bundle(BUNDLES / bundle)

@@ -170,22 +170,23 @@ def bundle_name_findings(tree: Mapping) -> list[Finding]:
 
 
 def production_root_path_findings(root_tree: Mapping, target: str, tree: Mapping) -> list[Finding]:
-    """A `mode: production` target must set `workspace.root_path` itself (not inherit a shared one): the CLI refuses it
-    otherwise, and only recommends it when run_as is set for every job, or a service principal deploys
-    (bundle/config/mutator/resourcemutator/validate_target_mode.go, validateProductionMode)."""
+    """A `mode: production` target should set `workspace.root_path` itself (not inherit a shared one). The CLI refuses
+    it when a user deploys it, and only recommends it when a service principal deploys or run_as is set for every job
+    (bundle/config/mutator/resourcemutator/validate_target_mode.go, validateProductionMode): who deploys cannot be
+    known offline, and production is commonly deployed by a principal from CI, so it is a warning here."""
     section = as_mapping(as_mapping(root_tree.get("targets")).get(target))
     if section.get("mode") != "production" or as_mapping(section.get("workspace")).get("root_path"):
         return []
     jobs = as_mapping(as_mapping(tree.get("resources")).get("jobs")).values()
     run_as_set = bool(tree.get("run_as")) or all(isinstance(job, dict) and job.get("run_as") for job in jobs)
     why = ("every job runs as a set identity, so the CLI only recommends it" if run_as_set else
-           "the CLI refuses it unless a service principal deploys")
+           "the CLI refuses to deploy it as a user, and only recommends it to a service principal")
     return [Finding("production-without-root-path",
                     f"target {target!r} is in production mode but does not set its own workspace.root_path ({why}): "
                     "its deployment would land in a folder tied to whoever deploys it",
                     f"set targets.{target}.workspace.root_path, e.g. /Workspace/Shared/.bundle/${{bundle.name}}/"
                     "${bundle.target} (or a service principal's home)", file=file_at(root_tree, ("targets", target)),
-                    path=format_path(("targets", target)), severity="warning" if run_as_set else "error")]
+                    path=format_path(("targets", target)), severity="warning")]
 
 
 TARGET_MODES = ("development", "production")
