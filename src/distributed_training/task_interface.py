@@ -1,7 +1,6 @@
 """The seam between a training task and everything else: what `task.py` must define, and how it is loaded.
 
-A task is a module. The launchers, the staging, the loop, checkpoints and tracking know it only through these names,
-in the order a run uses them:
+A task is a module; the launchers, staging, the loop, checkpoints and tracking know it only through these names:
 
 Spark side (the driver, before any training process starts; pyspark is imported inside these functions, so the
 GPU nodes of a serverless task, which have no Spark, can import the module):

@@ -45,7 +45,6 @@ class Engine:
 
 
 def available() -> tuple[str, ...]:
-    """The engines that have a module here (a generated project carries only the ones it chose)."""
     return tuple(name for name in ENGINES if importlib.util.find_spec(f"{__package__}.{name}") is not None)
 
 

@@ -71,7 +71,6 @@ def parquet_files(directory: str) -> list[str]:
 
 
 def files_for_rank(files: list[str], rank: int, world_size: int) -> list[str]:
-    """This rank's share: every world_size-th file from its rank on. Shares are disjoint and cover every file."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside a world of {world_size} processes")
     return files[rank::world_size]
@@ -89,7 +88,6 @@ def rank_files(directory: str, rank: int, world_size: int, require_rows: bool) -
 
 
 def read_shard(directory: str, rank: int, world_size: int, require_rows: bool = True):
-    """This rank's rows of one split, as one pyarrow Table (its files read in parallel)."""
     import pyarrow.parquet as pq
 
     files, mine = rank_files(directory, rank, world_size, require_rows)

@@ -280,7 +280,6 @@ def progress_line(step: int, plan: Plan, epoch: int, figures: dict) -> str:
 
 
 def load_weights(model: torch.nn.Module, weights: dict, source: str) -> None:
-    """An earlier run's weights into this run's model: every parameter and buffer, with the same shapes."""
     own = model.state_dict()
     missing, unexpected = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
     reshaped = sorted(name for name in set(own) & set(weights) if own[name].shape != weights[name].shape)
