@@ -15,6 +15,7 @@ import re
 import shutil
 import time
 import uuid
+from contextlib import suppress
 
 from .config import STAGING_DIR, Config
 from .run_folder import METRICS_FILE, FolderInUse, held
@@ -162,6 +163,8 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
                          f"or the staging folder {config.staging_dir}), then run again") from None
     finally:
         shutil.rmtree(rows_dir, ignore_errors=True)
+        with suppress(OSError):  # a first staging refused leaves no folder
+            os.rmdir(config.staging_dir)
     staged.save()
     remove_old_staging(config.output_dir, config.keep_staged_days)
     return staged
