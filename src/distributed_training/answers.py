@@ -60,11 +60,16 @@ def torch_engines(answers: Mapping) -> list[str]:
 
 
 def default_node_type(cloud: str, engine: str) -> str:
-    return default_catalog().default_node_type(cloud, gpu=engine != SPARK_ML_CONNECT).id
+    return catalog_default(cloud, gpu=engine != SPARK_ML_CONNECT)
 
 
 def default_cpu_node_type(cloud: str) -> str:
-    return default_catalog().default_node_type(cloud, gpu=False).id
+    return catalog_default(cloud, gpu=False)
+
+
+def catalog_default(cloud: str, gpu: bool) -> str:
+    """The catalog's default GPU or CPU node type of a cloud (its `defaults`)."""
+    return default_catalog().defaults[cloud]["gpu" if gpu else "cpu"]
 
 
 def job_cluster(answers: Mapping, engine: str) -> dict:
@@ -195,7 +200,7 @@ def _suggestion(finding: Finding, answers: Mapping, engine: str | None, name: st
         replacements = re.findall(r"\b(?:Standard_\w+|[a-z]\d[a-z]*\.\w+|[a-z]\d-\w+-\w+)\b", finding.fix)
         current = answers.get(name)
         known = [node for node in replacements if node != current and default_catalog().find(node) is not None]
-        return known[0] if known else default_catalog().default_node_type(answers["cloud"], gpu=gpu).id
+        return known[0] if known else catalog_default(answers["cloud"], gpu=gpu)
     if name == "num_workers":
         return "0"
     if name == "engine":

@@ -179,19 +179,15 @@ def scored(spark, scoring: Scoring):
 
 
 def every_row_once(table, score_rows, outputs: list[str]):
-    """Each row of the table keyed by its content, scored where the task keeps it, and joined back by the key (null
-    outputs where it drops it). The table is read twice, for the rows and for their scores: a key made of the row
-    itself gives every row its own scores even where the two reads differ (files replaced meanwhile), where a row
-    number would not (monotonically_increasing_id() depends on how each read splits the files). Identical rows share
-    their key, and their scores. A scored table scored again gets new outputs."""
+    """Each row keyed by its content, scored where the task keeps it, joined back by the key (null where it drops it):
+    the two reads of the table agree on a row's key however they split the files, unlike a row number."""
     keyed = table.withColumn(ROW, row_key(table))
     scores = score_rows(keyed, keep=(ROW,)).select(ROW, *outputs).dropDuplicates([ROW])
     return keyed.join(scores, ROW, "left").select(*[name for name in table.columns if name not in outputs], *outputs)
 
 
 def row_key(table):
-    """Two seeded 64-bit hashes of a row's content: distinct rows of even a billion share a 128-bit key with odds
-    under 1e-20. (Spark hashes no map: those columns go in as JSON.)"""
+    """Two seeded 64-bit hashes of a row (maps as JSON: Spark hashes none): a billion rows collide with odds < 1e-20."""
     from pyspark.sql import functions as F
 
     values = [F.to_json(column(name)) if "map<" in kind else column(name) for name, kind in table.dtypes]
@@ -214,9 +210,8 @@ def scored_by_model(table, task, scoring: Scoring, keep=()):
 
 
 def shared_gpus(spark) -> int:
-    """The GPUs the Python workers share by their partition's number: a single node's, where Spark runs in local mode
-    and schedules no GPUs to tasks (one task a core: unbounded, a model each); 0 where Spark gives each task a GPU of
-    its own (`spark.task.resource.gpu.amount` on a multi-node cluster) or there are none."""
+    """The GPUs the workers share by partition: one node's (local mode schedules no GPUs, and runs a task a core); 0
+    where Spark gives each task its own (spark.task.resource.gpu.amount, several nodes) or there are none."""
     if spark.conf.get("spark.master", "local").startswith("local"):
         import torch
 
@@ -224,15 +219,14 @@ def shared_gpus(spark) -> int:
     executor_gpus, task_gpus = (float(spark.conf.get(f"spark.{kind}.resource.gpu.amount", "0") or 0)
                                 for kind in ("executor", "task"))
     if executor_gpus and not task_gpus:
-        raise ScoringError("the cluster's executors have GPUs, but Spark gives none to a task "
-                           "(spark.task.resource.gpu.amount is 0): every Python worker would load a model onto a GPU "
-                           "of its choosing. Score on a cluster with spark.task.resource.gpu.amount 1 (the score "
-                           "job's own cluster), or on one node")
+        raise ScoringError("the executors have GPUs, but Spark gives none to a task (spark.task.resource.gpu.amount "
+                           "is 0): every Python worker would load a model onto a GPU of its choosing. Score on a "
+                           "cluster with spark.task.resource.gpu.amount 1 (the score job's), or on one node")
     return 0
 
 
 def gpu_of(context, gpus: int) -> int | None:
-    """The GPU a worker's model goes to: the one Spark gave its task, else (one node) its partition's, else none."""
+    """The GPU of a worker's model: its task's, else (one node) its partition's, else none."""
     assigned = context.resources().get("gpu") if context else None
     if assigned and assigned.addresses:
         return int(assigned.addresses[0])

@@ -66,9 +66,8 @@ def cause(error: Exception) -> str:
 
 
 def held_out(prepared, seed: int, keep=()):
-    """Whether a prepared row is held out: by a seeded hash of its content, not by where it lies, so the same rows are
-    held out however often and however partitioned the table is read (score's --rows held-out finds them again), and
-    identical rows fall on one side. `keep`: columns carried along that are no part of the row (score's row key)."""
+    """Whether a prepared row is held out, by a seeded hash of its content (not of `keep`, columns carried along): the
+    same rows however the table is read (score's --rows held-out finds them again), identical rows on one side."""
     from pyspark.sql import functions as F
 
     columns = [column(name) for name in prepared.columns if name not in keep]
@@ -76,7 +75,7 @@ def held_out(prepared, seed: int, keep=()):
 
 
 def column(name: str):
-    """The column of that name, whatever characters it has (a dot would otherwise name a struct's field)."""
+    """The column of that name, whatever its characters (a dot would name a struct's field)."""
     from pyspark.sql import functions as F
 
     return F.col("`" + name.replace("`", "``") + "`")
@@ -131,9 +130,8 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
         raise TableError(f"{config.table!r}: {error}") from None
     rows_dir = os.path.join(config.staging_dir, ROWS_DIR)
     try:
-        # One pass over the table prepares and splits its rows into the staging folder; what follows reads them back
-        # (counts, statistics, the splits' files). Not cache(): serverless compute, where a serverless GPU job's stage
-        # task runs, refuses it (Databricks docs, "Serverless compute limitations": no caching APIs).
+        # One pass prepares and splits the rows into the staging folder; what follows reads them back. Not cache():
+        # serverless compute refuses it (Databricks docs, "Serverless compute limitations").
         labelled = prepared.withColumn(HELD_OUT, held_out(prepared, config.seed))
         labelled.write.mode("overwrite").partitionBy(HELD_OUT).parquet(rows_dir)
         written = spark.read.schema(labelled.schema).parquet(rows_dir)
@@ -193,11 +191,8 @@ def tokenized(rows, tokenize, options):
 
 
 def remove_old_staging(output_dir: str, keep_days: int) -> None:
-    """The staged rows of the runs beside this one (a job's earlier runs) that finished over `keep_days` days ago (0:
-    kept), which each new run of a schedule would otherwise leave behind: a copy of the table a run. Never those of a
-    run that has not finished (a retry or a repair resumes it on its data) or that trains now (its folder is held);
-    the manifest stays, which `score` reads, and a finished run continued further (a larger --max-steps) stages its
-    unchanged table again into the same rows, or is refused if the table changed."""
+    """Remove the staged rows (a table's copy) of the runs beside this one that finished over `keep_days` ago (0: none),
+    not of a run that has not (a retry resumes it on them) or that trains now (held); `score` reads the manifest, kept."""
     parent, cutoff = os.path.dirname(output_dir.rstrip("/")), time.time() - keep_days * 86_400
     for name in sorted(os.listdir(parent)) if keep_days else ():
         run = os.path.join(parent, name)
@@ -206,12 +201,8 @@ def remove_old_staging(output_dir: str, keep_days: int) -> None:
             staged = StagedData.load(os.path.join(run, STAGING_DIR))
         except (OSError, ValueError, TypeError):  # not finished, or no run's staging
             continue
-        if finished > cutoff or run == output_dir or not os.path.isdir(staged.train_dir):
-            continue
-        try:
-            with held(run):
+        if finished < cutoff and run != output_dir and os.path.isdir(staged.train_dir):
+            with suppress(FolderInUse), held(run):  # FolderInUse: it trains again now (continued further)
                 for directory in (staged.train_dir, staged.test_dir):
                     shutil.rmtree(directory, ignore_errors=True)
-        except FolderInUse:  # it trains again now (continued further)
-            continue
-        print(f"removed the staged rows of {run}, finished over {keep_days} day(s) ago", flush=True)
+                print(f"removed the staged rows of {run}, finished over {keep_days} day(s) ago", flush=True)

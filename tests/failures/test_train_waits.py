@@ -1,7 +1,7 @@
 """Every wait of a local run has a bound, and past it an error that says what it waited for and what to do.
 
 DeepSpeed builds its CPU communication op on first use under a lock file in torch's extension folder; a build killed
-midway leaves the lock and every later DeepSpeed run would wait on it forever (FACTS.md, "Platform facts"). A peer
+midway leaves the lock and every later DeepSpeed run would wait on it forever (torch/utils/file_baton.py). A peer
 that never joins a collective ends the run after --collective-timeout seconds.
 """
 

@@ -1,6 +1,6 @@
 """Run a rendered bundle's jobs on this machine the way the Databricks platform runs them.
 
-What it stands in for, and how (the sources are the Databricks CLI v1.13.0 and the Jobs docs, see ../shared/FACTS.md):
+What it stands in for, and how (the sources are the Databricks CLI v1.13.0 and the Jobs docs):
 - `databricks bundle deploy`: the bundle is loaded and merged for a target with the tool's own loader (the one
   `validate` uses), its `${var.*}`, `${bundle.*}`, `${workspace.*}` and `${resources.*}` references resolved as the CLI
   resolves them (variables from --var-style overrides, then the target, then the defaults; the workspace paths'

@@ -1,7 +1,7 @@
 """The JSON schema layer against the CLI's own fixtures (<schema dir>/testdata/{pass,fail}/*.yml).
 
-The schema is not part of this repository: set DATABRICKS_BUNDLE_SCHEMA to its path (for instance
-/work/shared/bundle-schema/jsonschema.json, or the output of `databricks bundle schema`) to run these tests.
+The schema is not part of this repository: set DATABRICKS_BUNDLE_SCHEMA to its path (the output of
+`databricks bundle schema`, beside its testdata/) to run these tests.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The node-type catalog file: its shape, its sources, and what it says about the families FACTS.md lists."""
+"""The node-type catalog file: its shape, its sources, and what it says about the GPU families of Databricks' docs."""
 
 import pytest
 import yaml
@@ -22,7 +22,7 @@ def test_every_node_type_has_a_source_and_consistent_hardware(catalog):
 
 def test_every_cloud_has_gpu_and_cpu_defaults_of_its_own(catalog):
     for cloud in ("azure", "aws", "gcp"):
-        gpu, cpu = catalog.default_node_type(cloud, gpu=True), catalog.default_node_type(cloud, gpu=False)
+        gpu, cpu = (catalog.find(catalog.defaults[cloud][kind]) for kind in ("gpu", "cpu"))
         assert (gpu.cloud, cpu.cloud) == (cloud, cloud)
         assert gpu.gpus > 1, "the default is one multi-GPU node"
         assert not cpu.has_gpu
@@ -76,8 +76,8 @@ def test_every_retirement_names_current_replacements_of_its_cloud_with_gpus(cata
 
 def test_no_default_is_retired(catalog):
     for cloud in ("azure", "aws", "gcp"):
-        for gpu in (True, False):
-            assert not catalog.default_node_type(cloud, gpu).retired
+        for kind in ("gpu", "cpu"):
+            assert not catalog.find(catalog.defaults[cloud][kind]).retired
 
 
 def _ncv3(document):

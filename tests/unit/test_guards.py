@@ -107,6 +107,18 @@ def test_a_cpu_driver_beside_gpu_workers_is_a_warning_off_aws():
     assert rules(replace(cluster, num_workers=0), "warning") == []  # one node: the driver is the only node
 
 
+def test_a_driver_of_another_gpu_model_than_the_workers_is_a_warning():
+    """launch.py chooses the precision from the driver's GPU: the template's multi-node driver is the smallest size of
+    the workers' family (clusters.coordinating_driver); a hand-edited one of another model is named, by validate and
+    by the preflight alike."""
+    def driver_warnings(driver: str) -> list[str]:
+        cluster = request("g5.12xlarge", 2, spark_conf={"spark.task.resource.gpu.amount": "1"},
+                          driver_node_type_id=driver)
+        return [rule for rule in rules(cluster, "warning") if "driver" in rule]
+
+    assert (driver_warnings("g5.xlarge"), driver_warnings("g4dn.xlarge")) == ([], ["driver-gpu-model"])
+
+
 def test_multi_node_on_a_family_with_unproven_networking_is_a_warning():
     cluster = request("g5.12xlarge", 2, spark_conf={"spark.task.resource.gpu.amount": "1"})
     assert rules(cluster) == []

@@ -63,7 +63,7 @@ GPU_RUNTIME = "17.3.x-gpu-ml-scala2.13"
 
 
 def driver_rules(driver_node_type_id):
-    """The findings about a 2-worker g5.12xlarge cluster's driver (the guards' and the preflight's own)."""
+    """The findings about a 2-worker g5.12xlarge cluster's driver (the guards', which the preflight applies)."""
     observed = cluster(driver_gpus=1, node_type_id="g5.12xlarge", spark_version=GPU_RUNTIME,
                        driver_node_type_id=driver_node_type_id)
     return [(finding.rule, finding.severity) for finding in check(TrainingRequest("torch_distributor", 2, 4), observed)
@@ -76,13 +76,13 @@ def test_the_driver_is_checked_against_the_workers_it_coordinates():
     guards' error on AWS (Databricks docs "GPU-enabled compute": GPU driver and worker types)."""
     assert driver_rules("g5.xlarge") == []
     assert driver_rules(None) == []  # the default: a driver of the workers' type
-    assert driver_rules("g4dn.xlarge") == [("preflight-driver-gpu-model", "warning")]
+    assert driver_rules("g4dn.xlarge") == [("driver-gpu-model", "warning")]
     assert driver_rules("m5d.xlarge") == [("cpu-driver-gpu-workers", "error")]
     [warning] = [finding for finding in check(TrainingRequest("torch_distributor", 2, 4), cluster(
         driver_gpus=1, node_type_id="g5.12xlarge", spark_version=GPU_RUNTIME, driver_node_type_id="g4dn.xlarge"))
-        if finding.rule == "preflight-driver-gpu-model"]
-    assert warning.message == ("the driver g4dn.xlarge has T4 GPUs, the workers g5.12xlarge A10G: the precision "
-                               "follows the driver's")
+        if finding.rule == "driver-gpu-model"]
+    assert warning.message == ("driver g4dn.xlarge has T4 GPUs, the workers g5.12xlarge A10G: the precision follows "
+                               "the driver's")
 
 
 def test_the_driver_and_worker_types_are_read_from_the_clusters_usage_tags():

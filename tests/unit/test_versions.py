@@ -1,7 +1,7 @@
 """compute/versions.yaml against the Databricks CLI's bundle JSON schema (`databricks bundle schema`, v1.13.0 here):
 a name the CLI no longer knows, or one it knows and the file lacks, fails here rather than at deploy.
 
-Needs the schema: set DATABRICKS_BUNDLE_SCHEMA to its path (e.g. /work/shared/bundle-schema/jsonschema.json).
+Needs the schema: set DATABRICKS_BUNDLE_SCHEMA to its path (the output of `databricks bundle schema`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from distributed_training.compute.runtime import versions
 SCHEMA = os.environ.get(SCHEMA_ENV)
 pytestmark = pytest.mark.skipif(not SCHEMA, reason=f"set {SCHEMA_ENV} to the bundle JSON schema file")
 SDK = "github.com/databricks/databricks-sdk-go/service/"
-# local code_source_path folders packaged at deploy (FACTS.md, "CLI versions"); ai_runtime_task and
+# local code_source_path folders packaged at deploy (the Databricks CLI's CHANGELOG, v1.11.0); ai_runtime_task and
 # `bundle validate --strict` came earlier
 LOCAL_CODE_SOURCE_CLI = (1, 11, 0)
 

@@ -67,9 +67,6 @@ class Catalog:
         matches = difflib.get_close_matches(node_type_id.lower(), list(by_lower), n=count, cutoff=0.5)
         return [by_lower[match] for match in matches]
 
-    def default_node_type(self, cloud: str, gpu: bool) -> NodeType:
-        return self._by_id[self.defaults[cloud]["gpu" if gpu else "cpu"]]
-
 
 def _family_node_types(family: dict, where: str) -> list[NodeType]:
     if missing := [name for name in FAMILY_FIELDS if name not in family]:

@@ -113,6 +113,10 @@ def _node_rules(request: ClusterRequest, node: NodeType, catalog: Catalog, at: A
                       ("" if node.cloud == "aws" else " (on AWS; unconfirmed elsewhere)"),
                       f"drop driver_node_type_id (the driver is then a {node.id})", path=at("driver_node_type_id"),
                       severity="error" if node.cloud == "aws" else "warning")
+    elif driver is not None and node.has_gpu and driver.gpu_model != node.gpu_model and request.num_workers > 0:
+        yield Finding("driver-gpu-model", f"driver {driver.id} has {driver.gpu_model} GPUs, the workers {node.id} "
+                      f"{node.gpu_model}: the precision follows the driver's", "give the cluster a driver of the "
+                      "workers' family, or pass --precision", path=at("driver_node_type_id"), severity="warning")
 
 
 def _runtime_rules(request: ClusterRequest, node: NodeType | None, runtime: Runtime, at: At) -> Iterator[Finding]:

@@ -6,7 +6,6 @@ answers and `validate`; on top, the hardware the driver (one node) or the execut
 from dataclasses import dataclass
 
 from ..findings import Finding
-from .catalog import default_catalog
 from .requirements import REQUIREMENTS
 from .guards import ClusterRequest, check_cluster
 
@@ -63,14 +62,6 @@ def check(request: TrainingRequest, observed: ObservedCluster) -> list[Finding]:
                                     driver_node_type_id=observed.driver_node_type_id)
         # A node type missing from the catalog is not a reason to stop a job that is already running.
         findings += [finding for finding in check_cluster(as_running) if finding.rule != "unknown-node-type"]
-    catalog = default_catalog()  # precision follows the driver's GPU (launch.py): on several nodes, the workers' model
-    driver, worker = catalog.find(observed.driver_node_type_id or ""), catalog.find(observed.node_type_id or "")
-    if not observed.single_node and driver and worker and driver.has_gpu and worker.has_gpu \
-            and driver.gpu_model != worker.gpu_model:
-        findings.append(Finding("preflight-driver-gpu-model", f"the driver {driver.id} has {driver.gpu_model} GPUs, "
-                                f"the workers {worker.id} {worker.gpu_model}: the precision follows the driver's",
-                                "give the job cluster a driver_node_type_id of the workers' family, or pass "
-                                "--precision", severity="warning"))
     return findings
 
 
