@@ -40,7 +40,8 @@ try:
     with open(f"{root_path}/state/metadata.json") as file:
         deployment = json.load(file)["config"]
 except FileNotFoundError:
-    raise RuntimeError(f"no deployment of this bundle at {root_path}: deploy it first (`databricks bundle deploy`)") from None
+    raise RuntimeError(f"no deployment of this bundle at {root_path}: deploy it first (`databricks bundle deploy`)") \
+        from None
 deployed_from = deployment["workspace"]["file_path"]  # the files the deployment's jobs run: this notebook's, or not
 if not notebook.startswith(deployed_from.rstrip("/") + "/"):
     raise RuntimeError(f"the deployment at {root_path} runs the files in {deployed_from}, not this notebook's: deploy "
@@ -53,7 +54,7 @@ dbutils.widgets.text("table", deployed["--table"], "Table to train on (empty: th
 dbutils.widgets.text("epochs", next(parameter.default for parameter in job.parameters if parameter.name == "epochs"),
                      "Epochs")
 dbutils.widgets.text("resume_from", "", "Folder of an earlier run to resume (empty: a new run)")
-# The job's folder is <volume>/ray/<job run id>: a notebook run's, <volume>/ray/notebook-<time>-<random>.
+# A job run trains in <volume>/<engine>/<job run id>, a notebook run in <volume>/<engine>/notebook-<time>-<random>.
 output_dir = dbutils.widgets.get("resume_from") or (deployed["--output-dir"].rsplit("/", 1)[0] +
                                                     time.strftime("/notebook-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
 print(f"Training in {output_dir} (to resume this run, give that folder as resume_from)")

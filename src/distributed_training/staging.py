@@ -65,12 +65,12 @@ def cause(error: Exception) -> str:
     return text.splitlines()[-1 if "Traceback (most recent call last)" in text else 0]
 
 
-def held_out(prepared, seed: int, keep=()):
-    """Whether a prepared row is held out, by a seeded hash of its content (not of `keep`, columns carried along): the
-    same rows however the table is read (score's --rows held-out finds them again), identical rows on one side."""
+def held_out(prepared, seed: int):
+    """Whether a prepared row is held out, by a seeded hash of its content: the same rows however the table is read
+    (score's --rows held-out finds them again), identical rows on one side."""
     from pyspark.sql import functions as F
 
-    columns = [column(name) for name in prepared.columns if name not in keep]
+    columns = [column(name) for name in prepared.columns]
     return F.pmod(F.xxhash64(F.lit(seed), *columns), F.lit(HASH_BUCKETS)) < round(TEST_FRACTION * HASH_BUCKETS)
 
 
@@ -81,9 +81,9 @@ def column(name: str):
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def split(prepared, seed: int, keep=()):
+def split(prepared, seed: int):
     """The seeded train/held-out split; every engine splits with it, so all are scored on the same held-out rows."""
-    rule = held_out(prepared, seed, keep)
+    rule = held_out(prepared, seed)
     return prepared.where(~rule), prepared.where(rule)
 
 
@@ -135,7 +135,7 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
         labelled = prepared.withColumn(HELD_OUT, held_out(prepared, config.seed))
         labelled.write.mode("overwrite").partitionBy(HELD_OUT).parquet(rows_dir)
         written = spark.read.schema(labelled.schema).parquet(rows_dir)
-        train, test = (written.where(~written[HELD_OUT]).drop(HELD_OUT), written.where(written[HELD_OUT]).drop(HELD_OUT))
+        train, test = (written.where(side).drop(HELD_OUT) for side in (~written[HELD_OUT], written[HELD_OUT]))
         train_rows, test_rows = train.count(), test.count()
         if train_rows < world_size:
             raise TableError(f"{config.table!r} leaves {train_rows} training row(s) after preparation, fewer than the "
