@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 import distributed_training
-from distributed_training.bundle import yaml_files
+from distributed_training.bundle import local_paths, yaml_files
 from distributed_training.bundle.validate import validate_bundle
 from distributed_training.cli import main
 
@@ -153,6 +153,29 @@ def _fifo_among_matches(bundle: Path) -> list[str]:
 def _broken_link_among_matches(bundle: Path) -> list[str]:
     (bundle / "resources" / "gone.yml").symlink_to(bundle / "resources" / "deleted.yml")
     return []
+
+
+# ---------------------------------------------------------------- local paths that are no regular file, or too large
+
+def _task_on(field: str, path: str, make_file: Callable[[Path], None]) -> Callable[[Path], list[str]]:
+    """A task of the train job whose `field` (notebook_task.notebook_path, ...) names `path` (from resources/), made
+    by `make_file` from the bundle root."""
+    def make(bundle: Path) -> list[str]:
+        task_type, name = field.split(".")
+        task = {"task_key": "extra", "job_cluster_key": "gpu", task_type: {name: path}}
+        _edit_yaml(bundle, JOB_FILE, lambda document: _job(document)["tasks"].append(task))
+        (bundle / "notebooks").mkdir()
+        make_file(bundle / "notebooks" / path.rsplit("/", 1)[1])
+        return []
+    return make
+
+
+def _sparse(size: int) -> Callable[[Path], None]:
+    """A file of `size` bytes that uses no disk."""
+    def make(file: Path) -> None:
+        with open(file, "wb") as handle:
+            handle.truncate(size)
+    return make
 
 
 # ---------------------------------------------------------------- what else the CLI refuses
@@ -289,6 +312,21 @@ CASES = [
          ROOT_FILE, INCLUDES),
     Case("glob characters in the bundle's folder", lambda bundle: [], 1, "[bundle-root-has-glob-characters]",
          "rename or move the folder", ROOT_FILE, INCLUDES, folder="bundle[1]"),
+    # local paths: a FIFO would block the read that tells a notebook from a file; an .ipynb is parsed only up to the
+    # size a workspace imports (docs.databricks.com/aws/en/notebooks/notebook-limitations)
+    Case("a notebook path that is a FIFO", _task_on("notebook_task.notebook_path", "../notebooks/pipe.py", os.mkfifo),
+         1, "[local-path-wrong-kind]", "move the pipe away", JOB_FILE, child=True),
+    Case("an .ipynb notebook path that is a FIFO",
+         _task_on("notebook_task.notebook_path", "../notebooks/pipe.ipynb", os.mkfifo), 1, "[local-path-wrong-kind]",
+         "move the pipe away", JOB_FILE, child=True),
+    Case("a python_file that is a FIFO", _task_on("spark_python_task.python_file", "../notebooks/pipe.py", os.mkfifo),
+         1, "[local-path-wrong-kind]", "name a file there, or move the pipe away", JOB_FILE, child=True),
+    Case("a multi-GB .ipynb notebook", _task_on("notebook_task.notebook_path", "../notebooks/huge.ipynb",
+                                                 _sparse(3 * 1024 ** 3)),
+         1, "[local-path-too-large]", "clear its outputs", JOB_FILE, child=True),
+    Case(".ipynb a byte over the import limit", _task_on("notebook_task.notebook_path", "../notebooks/big.ipynb",
+                                                          _sparse(local_paths.MAX_NOTEBOOK_BYTES + 1)),
+         1, "[local-path-too-large]", "split it into smaller notebooks", JOB_FILE, child=True),
     # bundle.name
     Case("no bundle section", _no_bundle_section, 1, "[bundle-name-missing]", "set bundle: {name:", ROOT_FILE,
          "bundle/config/mutator/default_workspace_root.go"),
@@ -335,7 +373,7 @@ CASES = [
     Case("--schema nests without bound", _schema("[" * 200_000 + "]" * 200_000), 2, "nested too deeply",
          "databricks bundle schema", child=True),
 ]
-MIN_CASES = 36
+MIN_CASES = 41
 
 # Every line `validate` prints: the schema line, a target header, a finding (one line: file:path, severity, rule,
 # message), its fix (one line), the summary.

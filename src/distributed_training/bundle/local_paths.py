@@ -24,6 +24,9 @@ matches nothing is kept as written, and so is missing (resourcemutator/expand_pi
 inside a complex variable is read from the folder of the file that defines the variable
 (translate_paths_test.go, TestTranslatePathWithComplexVariables).
 
+Only regular files are opened (a FIFO would block the read forever), and an .ipynb only up to the size the workspace
+imports (docs.databricks.com/aws/en/notebooks/notebook-limitations: IPYNB notebooks up to 100 MB).
+
 Left alone, as the CLI leaves them: absolute paths (workspace, volume, DBFS) and URLs (translate_paths.go:130-142);
 values holding a reference that resolves only at deploy; every path of a job with `git_source`
 (translate_paths_jobs.go:30); `whl`/`jar` libraries and other environment dependencies, translated unchecked
@@ -48,10 +51,13 @@ from .loader import glob_like_go
 from .paths import Path, format_path, get_at
 from .references import references_in
 from .sourced import file_at
+from .yaml_files import special_file_kind
 
 NOTEBOOK, FILE, DIRECTORY, READ, GLOB = "notebook", "file", "directory", "read", "glob"  # what a path must be
 NOTEBOOKS, FILES = "notebooks", "files"  # a pipeline's library path: each file a glob in it matches is one
-MISSING, FOLDER, PLAIN, BAD_NOTEBOOK = "missing", "folder", "plain", "bad notebook"  # what is there (or NOTEBOOK)
+MISSING, FOLDER, PLAIN, BAD_NOTEBOOK = "missing", "folder", "plain", "bad notebook"  # what is there (or NOTEBOOK),
+SPECIAL, TOO_LARGE = "special", "too large"  # or neither a regular file nor a folder, or an .ipynb over the limit
+MAX_NOTEBOOK_BYTES = 100 * 1000 * 1000
 NOTEBOOK_EXTENSIONS = (".py", ".r", ".scala", ".sql", ".ipynb")  # libs/notebook/ext.go:52, in the CLI's order
 HEADERS = {".py": "# Databricks notebook source", ".r": "# Databricks notebook source",
            ".scala": "// Databricks notebook source", ".sql": "-- Databricks notebook source"}  # detect.go:110
@@ -191,25 +197,34 @@ def _sync_levels_up(tree: Mapping, sourced: Mapping) -> int:
     return levels
 
 
-def _kind(bundle_root: FilePath, named: str, kinds: dict) -> str:
-    """What is at `named` (from the bundle root), as the CLI's notebook detection reads it (detect.go:82)."""
+def _kind(bundle_root: FilePath, named: str, kinds: dict) -> tuple[str, os.stat_result | None]:
+    """What is at `named` (from the bundle root), as the CLI's notebook detection reads it (detect.go:82), and its
+    stat (None when missing)."""
     if named not in kinds:
         kinds[named] = _read_kind(os.path.join(bundle_root, named))
     return kinds[named]
 
 
-def _read_kind(full: str) -> str:
+def _read_kind(full: str) -> tuple[str, os.stat_result | None]:
     try:
-        mode = os.stat(full).st_mode
+        info = os.stat(full)
     except (OSError, ValueError):
-        return MISSING
-    if stat.S_ISDIR(mode):
-        return FOLDER
+        return MISSING, None
+    if stat.S_ISDIR(info.st_mode):
+        return FOLDER, info
+    if not stat.S_ISREG(info.st_mode):
+        return SPECIAL, info
     extension = os.path.splitext(full)[1].lower()
+    if extension == ".ipynb" and info.st_size > MAX_NOTEBOOK_BYTES:
+        return TOO_LARGE, info
+    return _read_regular_kind(full, extension), info
+
+
+def _read_regular_kind(full: str, extension: str) -> str:
     try:
         if extension == ".ipynb":  # detect_jupyter.go:61: JSON with cells and metadata, else an error
-            with open(full, encoding="utf-8") as handle:
-                notebook = json.load(handle)
+            with open(full, "rb") as handle:  # bounded: the file may have grown since the stat
+                notebook = json.loads(handle.read(MAX_NOTEBOOK_BYTES + 1).decode("utf-8"))
             valid = isinstance(notebook, dict) and notebook.get("cells") is not None \
                 and notebook.get("metadata") is not None
             return NOTEBOOK if valid else BAD_NOTEBOOK
@@ -217,7 +232,7 @@ def _read_kind(full: str) -> str:
             with open(full, "rb") as handle:
                 first_line = handle.read(32).split(b"\n", 1)[0].removesuffix(b"\r")
             return NOTEBOOK if first_line == HEADERS[extension].encode() else PLAIN
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return BAD_NOTEBOOK if extension == ".ipynb" else PLAIN
     return PLAIN
 
@@ -240,14 +255,22 @@ def _verdict(folder: str, literal: str, value: str, expected: str, levels_up: in
                 "with sync.paths (e.g. paths: [.., .] in databricks.yml)")
     if expected == GLOB:
         return None
-    found = _kind(bundle_root, named, kinds)
+    found, info = _kind(bundle_root, named, kinds)
     folder = f"{folder}/" if folder else "the bundle root"
+    if found == SPECIAL:
+        kind, noun = special_file_kind(info.st_mode)
+        return _wrong_kind(literal, f"names {named}, {kind}, not a regular file or folder",
+                           f"name a {what} there, or move the {noun} away")
+    if found == TOO_LARGE:
+        return ("local-path-too-large", f"{literal!r} names {named}, an .ipynb notebook of {info.st_size:,} bytes, "
+                f"over the {MAX_NOTEBOOK_BYTES:,} bytes a workspace imports",
+                "clear its outputs (Jupyter: Edit > Clear Outputs of All Cells) or split it into smaller notebooks")
     if found == MISSING:
         fix = f"create {named}, or correct the path: the CLI reads it from {folder}, the folder of the file setting it"
         if expected == NOTEBOOK and not posixpath.splitext(named)[1]:
             # translate_paths.go:210: the name without its extension, where a notebook with one exists
             for extension in NOTEBOOK_EXTENSIONS:
-                if _kind(bundle_root, named + extension, kinds) != MISSING:
+                if _kind(bundle_root, named + extension, kinds)[0] != MISSING:
                     fix = (f'did you mean "{literal}{extension}"? Local notebook references carry their extension '
                            f"({', '.join(NOTEBOOK_EXTENSIONS)})")
                     break

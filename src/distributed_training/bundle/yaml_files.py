@@ -158,7 +158,7 @@ def _read_text(file: str | os.PathLike, relative_name: str) -> str | Finding:
     except OSError as error:
         return unreadable(str(error), "make the file readable")
     if not stat.S_ISREG(info.st_mode):
-        kind, noun = _file_kind(info.st_mode)
+        kind, noun = special_file_kind(info.st_mode)
         return unreadable(f"it is {kind}, not a regular file",
                           f"include only YAML or JSON files: narrow the include glob, or move the {noun} away")
     if info.st_size > MAX_FILE_BYTES:
@@ -197,7 +197,7 @@ def _read_all(descriptor: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _file_kind(mode: int) -> tuple[str, str]:
+def special_file_kind(mode: int) -> tuple[str, str]:
     """(what it is, what to call it) for a file that is not a regular one."""
     for test, kind, noun in ((stat.S_ISDIR, "a folder", "folder"), (stat.S_ISFIFO, "a named pipe (FIFO)", "pipe"),
                              (stat.S_ISSOCK, "a socket", "socket"), (stat.S_ISCHR, "a character device", "device"),
