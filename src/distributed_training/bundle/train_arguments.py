@@ -6,12 +6,17 @@ read from the project itself: its package's `config.parser_for`, in a fresh Pyth
 path and torch kept out (a task's module must import without torch: the serverless stage task has none), which is
 also quick. Only wheel tasks that call the project's own `train` (the entry point that names `<package>.launch`) are
 checked, and only bundles whose package has that `config` module: a generated project.
+
+Each job run trains in its own folder only when its `--output-dir` holds the job run id (`{{job.run_id}}`, directly or
+through a job parameter's default): the project's run folder (run_folder.py) resumes a failed run found there and
+reports a finished one's metrics instead of training, so without it every run after the first trains nothing.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path as FilePath
@@ -34,17 +39,19 @@ parser = config.parser_for(config.DEFAULT_TASK, engines)
 print(json.dumps({"options": sorted(parser._option_string_actions), "engines": list(engines)}))
 """
 READ_SECONDS = 60
+JOB_RUN_ID = re.compile(r"\{\{\s*job\.run_id\s*\}\}")  # the Jobs dynamic value reference to the job run's id
+JOB_PARAMETER = re.compile(r"\{\{\s*job\.parameters\.([^\s}]+)\s*\}\}")
 
 
 def train_argument_findings(bundle_root: FilePath, jobs: Jobs) -> list[Finding]:
     entry_points = _train_entry_points(bundle_root)
-    calls = [(job_key, path, task["python_wheel_task"])
-             for job_key, _, tasks in jobs for path, task in tasks
+    calls = [(job_key, job, path, task["python_wheel_task"])
+             for job_key, job, tasks in jobs for path, task in tasks
              if isinstance(task.get("python_wheel_task"), dict)
              and isinstance(task["python_wheel_task"].get("entry_point"), str)
              and task["python_wheel_task"]["entry_point"] in entry_points]
     findings = []
-    for job_key, path, wheel_task in calls:
+    for job_key, job, path, wheel_task in calls:
         package = entry_points[wheel_task["entry_point"]]
         accepted = _accepted(bundle_root, package)
         where = format_path((*path, "python_wheel_task", "parameters"))
@@ -53,7 +60,32 @@ def train_argument_findings(bundle_root: FilePath, jobs: Jobs) -> list[Finding]:
                             f"fix the error above (python -m {package} train --help shows it too)", path=where,
                             severity="warning")]
         findings += _argument_findings(job_key, package, wheel_task.get("parameters"), accepted, where)
+        findings += _shared_output_dir(job_key, job, wheel_task.get("parameters"), where)
     return findings
+
+
+def _shared_output_dir(job_key: str, job: dict, parameters, where: str) -> list[Finding]:
+    """A warning where the job's --output-dir holds no job run id: every run of the job would share one folder."""
+    if not isinstance(parameters, list):
+        return []
+    defaults = {str(parameter.get("name")): str(parameter.get("default", ""))
+                for parameter in job.get("parameters") or [] if isinstance(parameter, dict)}
+    for index, parameter in enumerate(parameters):
+        if parameter == "--output-dir" and index + 1 < len(parameters):
+            index, value = index + 1, str(parameters[index + 1])
+        elif isinstance(parameter, str) and parameter.startswith("--output-dir="):
+            value = parameter.split("=", 1)[1]
+        else:
+            continue
+        through_parameters = " ".join(defaults.get(name, "") for name in JOB_PARAMETER.findall(value))
+        if JOB_RUN_ID.search(value) or JOB_RUN_ID.search(through_parameters):
+            return []
+        return [Finding(
+            "output-dir-shared-by-runs", f"job {job_key} trains every run in --output-dir {value}, which holds no job "
+            "run id: the second run finds the first one's folder, and resumes it, or reports its metrics and trains "
+            "nothing if it finished", "end it with the job run id: append /{{job.run_id}} to its value (each run its "
+            "own folder; a retry or repair resumes there)", path=f"{where}[{index}]", severity="warning")]
+    return []
 
 
 def _argument_findings(job_key: str, package: str, parameters, accepted: dict, where: str) -> list[Finding]:
