@@ -284,3 +284,45 @@ def test_the_preflight_refuses_a_cluster_of_a_retired_node_type(monkeypatch):
     assert (finding.rule, finding.severity) == ("retired-node-type", "error")
     assert "Standard_NC96ads_A100_v4" in finding.fix
     assert preflight.check(wanted, _observed(monkeypatch, "Standard_NC64as_T4_v3")) == []
+
+
+def flagged(node_type_id: str, **fields) -> Catalog:
+    """Today's catalog with one node type's entry changed: a rule its real entries reach only at two workers or none
+    (a refused family that is not Azure NC, a single-GPU size whose multi-GPU use is broken) reached at one."""
+    catalog = default_catalog()
+    return Catalog([replace(node, **fields) if node.id == node_type_id else node for node in catalog.node_types],
+                   catalog.defaults)
+
+
+GPU_TASKS = {"spark.task.resource.gpu.amount": "1"}
+# (rule, its severity, the cluster beside its workers, the catalog): every rule that holds for a cluster with workers.
+MULTI_NODE_RULES = [
+    ("azure-nc-multi-node", "error", {"node_type_id": "Standard_NC24s_v3", "spark_conf": GPU_TASKS}, OLD_CATALOG),
+    ("multi-node-refused", "error", {"node_type_id": "g5.12xlarge", "spark_conf": GPU_TASKS},
+     flagged("g5.12xlarge", multi_node="refuse")),
+    ("multi-node-unproven", "warning", {"node_type_id": "g5.12xlarge", "spark_conf": GPU_TASKS}, None),
+    ("multi-gpu-broken", "error", {"node_type_id": "Standard_NV36ads_A10_v5", "spark_conf": GPU_TASKS},
+     flagged("Standard_NV36ads_A10_v5", multi_gpu_broken=True, notes="its GPUs cannot train together")),
+    ("cpu-driver-gpu-workers", "error",
+     {"node_type_id": "g5.12xlarge", "spark_conf": GPU_TASKS, "driver_node_type_id": "m5d.xlarge"}, None),
+    ("driver-gpu-model", "warning",
+     {"node_type_id": "g5.12xlarge", "spark_conf": GPU_TASKS, "driver_node_type_id": "g4dn.xlarge"}, None),
+    ("gpu-task-amount", "error", {"node_type_id": "g5.12xlarge"}, None),
+]
+
+
+@pytest.mark.parametrize("rule, severity, cluster, catalog", MULTI_NODE_RULES,
+                         ids=[case[0] for case in MULTI_NODE_RULES])
+@pytest.mark.parametrize("workers", [{"num_workers": 1}, {"autoscale": {"min_workers": 1, "max_workers": 1}}],
+                         ids=["num_workers-1", "autoscale-1-1"])
+def test_each_multi_node_rule_holds_from_one_worker(rule, severity, cluster, catalog, workers):
+    """One worker makes a cluster of two nodes: a driver that coordinates and a worker that trains (TorchDistributor and
+    DeepSpeed with localMode=False, Ray Train on the executors; compute/clusters.coordinating_driver). Every rule of a
+    cluster with workers holds from the first one: a rule applied from two workers up would pass the tests that use
+    0 or 2 workers alone."""
+    def found(spec: dict) -> list[str]:
+        request = request_from_cluster({"spark_version": GPU_ML, **cluster, **spec}, engines=("torch_distributor",))
+        return rules(request, severity, catalog)
+
+    assert rule in found(workers)
+    assert rule not in found({"num_workers": 0})
