@@ -4,12 +4,14 @@ launchers of the chosen engines only, and nothing used only while generating (DE
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from distributed_training.bundle.wheel_tasks import read_pyproject
 from distributed_training.compute.requirements import ENGINES
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -34,10 +36,9 @@ def module_name(package: Path, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(package: Path, path: Path, modules: set[str]) -> set[str]:
-    """The package's modules that `path` imports (absolute or relative, `from . import x` included)."""
-    name = module_name(package, path)
-    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+def imported_modules(path: Path, here: str, modules: set[str]) -> set[str]:
+    """The package's modules that the file at `path` imports (absolute or relative, `from . import x` included);
+    `here`: the package relative imports start from (its own name for an `__init__.py`)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -57,6 +58,37 @@ def imported_modules(package: Path, path: Path, modules: set[str]) -> set[str]:
                     found.add(target)
                 target = target.rpartition(".")[0]
     return found
+
+
+def entry_points(project: Path, chosen: tuple[str, ...]) -> set[str]:
+    """What runs the package from outside it: `python -m` (__main__), the wheel's scripts (the jobs' tasks), what
+    the notebooks import, the task (loaded by name: config.DEFAULT_TASK) and the chosen engines (loaded by name:
+    `train --engine`)."""
+    package = package_of(project)
+    modules = {module_name(package, path) for path in package.rglob("*.py")}
+    scripts = read_pyproject(project / "pyproject.toml")["project"]["scripts"]
+    found = {"my_training.__main__", "my_training.task", *(f"my_training.engines.{engine}" for engine in chosen),
+             *(target.split(":")[0] for target in scripts.values())}
+    for notebook in (project / "notebooks").glob("*.py"):
+        found |= imported_modules(notebook, "", modules)
+    return found
+
+
+def unreachable_modules(project: Path, chosen: tuple[str, ...]) -> list[str]:
+    """The package's modules that no import chain from an entry point reaches: two dead modules that import each
+    other are as dead as one that nothing imports."""
+    package = package_of(project)
+    paths = {module_name(package, path): path for path in package.rglob("*.py")}
+    modules = set(paths)
+    reached, waiting = set(), sorted(entry_points(project, chosen))
+    while waiting:
+        name = waiting.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        here = name if paths[name].name == "__init__.py" else name.rpartition(".")[0]
+        waiting += imported_modules(paths[name], here, modules) - reached
+    return sorted(modules - reached)
 
 
 def test_projects_that_differ_only_in_task_differ_only_in_task_py(rendered):
@@ -97,27 +129,34 @@ def test_the_default_project_is_small_and_holds_nothing_used_only_while_generati
 
 @pytest.mark.parametrize("answers", [{}, {"engine": "all"}, {"engine": "ray"}, {"task": "causal_lm"}],
                          ids=lambda answers: "-".join(answers.values()) or "default")
-def test_every_module_of_the_package_is_imported_by_another_or_is_an_entry_point(rendered, answers):
-    """No dead module: a simple static walk of the imports, from the entry points."""
+def test_every_module_of_the_package_is_reached_from_an_entry_point(rendered, answers):
+    """No dead module: a static walk of the imports from the entry points reaches every one."""
     project = rendered(**answers)
     package = package_of(project)
-    paths = {module_name(package, path): path for path in package.rglob("*.py")}
-    modules = set(paths)
     chosen = ENGINES if answers.get("engine") == "all" else (answers.get("engine", "torch_distributor"),)
-    # __main__ (python -m), launch (the `train` script), task (loaded by name: config.DEFAULT_TASK), the chosen
-    # engines (loaded by name: `train --engine`)
-    entry_points = {"my_training.__main__", "my_training.launch", "my_training.task",
-                    *(f"my_training.engines.{engine}" for engine in chosen)}
-    assert entry_points <= modules
-    assert "my_training.launch:train_main" in (project / "pyproject.toml").read_text()
-    assert "my_training.scoring:score_main" in (project / "pyproject.toml").read_text()
-    imported = set().union(*(imported_modules(package, path, modules) for path in paths.values()))
-    unused = sorted(modules - imported - entry_points - {"my_training"})
-    assert unused == [], f"modules no module imports: {unused}"
+    reachable_from = entry_points(project, chosen)
+    assert {"my_training.launch", "my_training.scoring"} <= reachable_from  # the scripts train and score
+    assert {path.stem for path in (project / "notebooks").glob("*.py")} == {f"train_{engine}" for engine in chosen}
+    assert unreachable_modules(project, chosen) == []
     # the data files are read by some module
-    sources = "".join(path.read_text() for path in paths.values())
+    sources = "".join(path.read_text() for path in package.rglob("*.py"))
     for data in package.rglob("*.yaml"):
         assert f'"{data.name}"' in sources, f"{data.relative_to(package)} is read by no module"
+
+
+def test_two_dead_modules_that_import_each_other_are_found(rendered, tmp_path):
+    """Each is imported by another module, so "imported by some module" passes them; no entry point reaches them."""
+    project = tmp_path / "project"
+    shutil.copytree(rendered(), project)
+    package = package_of(project)
+    (package / "training" / "dead_one.py").write_text("from . import dead_two\n")
+    (package / "training" / "dead_two.py").write_text("from .dead_one import *  # noqa: F403\n")
+    assert unreachable_modules(project, ("torch_distributor",)) == ["my_training.training.dead_one",
+                                                                     "my_training.training.dead_two"]
+    # and one that a reached module imports is reached, with what it imports
+    launch = package / "launch.py"
+    launch.write_text(launch.read_text() + "\nfrom .training import dead_one  # noqa: E402,F401\n")
+    assert unreachable_modules(project, ("torch_distributor",)) == []
 
 
 @pytest.mark.parametrize("engine", ENGINES)
