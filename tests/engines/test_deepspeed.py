@@ -1,9 +1,14 @@
 """DeepSpeed for real: DeepspeedTorchDistributor, two CPU processes (DeepSpeed's CPU accelerator, gloo), ZeRO 2, both
-tasks; its config from the run's options over a config to start from, checked by DeepSpeed before anything starts."""
+tasks; its config from the run's options over a config to start from, checked by DeepSpeed before anything starts;
+the build of its CPU communication op after a build was killed, and beside a build in progress."""
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,7 @@ import torch
 
 from distributed_training import config as configuration
 from distributed_training.engines import LaunchError
+from distributed_training.engines import deepspeed as deepspeed_engine
 from distributed_training.engines.deepspeed import ENGINE, check_with_deepspeed
 from distributed_training.task_interface import load_task
 from distributed_training.training.checkpoints import tag_of
@@ -81,3 +87,65 @@ def test_an_advice_without_deepspeed_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         options("--deepspeed-config", str(advice))
     assert "recommends no DeepSpeed" in capsys.readouterr().err
+
+
+# What torch's extension loader does around a build (utils/cpp_extension.py, _jit_compile): take the lock file
+# (utils/file_baton.py) and build, or wait while the file exists. A stand-in for DeepSpeed's build, which takes
+# minutes; the lock, the holding and the taking over are the real ones.
+LOAD = """from torch.utils.file_baton import FileBaton
+baton = FileBaton(os.path.join(sys.argv[1], "lock"))
+if baton.try_acquire():
+    baton.release()
+else:
+    baton.wait()"""
+TAKE_OVER_BOUND_S = 60  # a Python start and torch's import, on 2 busy cores; the wait it replaces was 15 minutes
+
+
+def building(folder: str, seconds: float) -> subprocess.Popen:
+    """A build of another run, as build_cpu_communication_op starts one, holding torch's lock for `seconds`."""
+    build = ("import time\nfrom torch.utils.file_baton import FileBaton\n"
+             "baton = FileBaton(os.path.join(sys.argv[1], 'lock'))\nassert baton.try_acquire()\n"
+             f"print('building', flush=True)\ntime.sleep({seconds})\nbaton.release()")
+    process = subprocess.Popen([sys.executable, "-c", deepspeed_engine.HOLD_AND_BUILD, folder, build],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "building"
+    return process
+
+
+@pytest.fixture
+def op_folder(tmp_path, monkeypatch) -> str:
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(deepspeed_engine, "BUILD_OP", LOAD)
+    return deepspeed_engine._extension_folder()
+
+
+def test_the_lock_of_a_killed_build_is_taken_over_at_once(op_folder, capsys):
+    killed = building(op_folder, 600)
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait() == -signal.SIGKILL
+    lock = Path(op_folder) / "lock"
+    assert lock.exists()  # what the killed build left behind, minutes younger than the old 15 minutes' staleness
+    started = time.monotonic()
+    deepspeed_engine.build_cpu_communication_op(timeout=2 * TAKE_OVER_BOUND_S)
+    assert time.monotonic() - started < TAKE_OVER_BOUND_S and not lock.exists()
+    assert f"removed {lock}, left by a DeepSpeed op build that was killed" in capsys.readouterr().out
+
+
+def test_a_live_build_is_waited_for_and_its_lock_left_to_it(op_folder, capsys):
+    live = building(op_folder, 5)
+    started = time.monotonic()
+    deepspeed_engine.build_cpu_communication_op(timeout=2 * TAKE_OVER_BOUND_S)
+    assert live.wait() == 0  # its own release found its lock: nobody removed it under it
+    assert time.monotonic() - started > 3 and "removed" not in capsys.readouterr().out
+
+
+def test_a_live_build_past_the_bound_is_named(op_folder):
+    live = building(op_folder, 600)
+    try:
+        with pytest.raises(LaunchError, match=f"did not build within 3 s: another run's build holds "
+                                              f"{op_folder}/build.holder; let it end, or stop it"):
+            deepspeed_engine.build_cpu_communication_op(timeout=3)
+        assert (Path(op_folder) / "lock").exists() and live.poll() is None
+    finally:
+        live.kill()
+        live.wait()

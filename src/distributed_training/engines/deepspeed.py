@@ -1,13 +1,11 @@
 """Train with DeepspeedTorchDistributor: the same loop, DeepSpeed's engine (ZeRO) making the updates.
 
-The DeepSpeed distributor is TorchDistributor with a DeepSpeed config, for models that need more compute but are
-limited by memory; this engine specialises the TorchDistributor one the same way. Placement is the same: one node
-(`localMode=True`, a process per GPU of the driver) unless more are asked for (`localMode=False`, `numGpus` per node
-x `nnodes`). Without GPUs the processes run on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu) over gloo.
-
+The DeepSpeed distributor is TorchDistributor with a DeepSpeed config, for models limited by memory; placement is the
+same: one node (`localMode=True`, a process per GPU of the driver) unless more are asked for (`localMode=False`,
+`numGpus` per node x `nnodes`). Without GPUs the processes run on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu).
 The config comes from the run's options (ZeRO stage, offload, precision, batch sizes, clipping; the optimizer and
-learning-rate schedule are the loop's), optionally on top of one `advise` printed (--deepspeed-config). It is checked
-with DeepSpeed's own config classes before anything starts and written to OUTPUT_DIR/deepspeed_config.json.
+schedule are the loop's), optionally over one `advise` printed (--deepspeed-config), checked with DeepSpeed's own
+classes before anything starts and written to OUTPUT_DIR/deepspeed_config.json.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 from ..config import Config, Placement
 from ..files import write_json
@@ -26,9 +23,18 @@ from .distributor import TorchDistributorEngine
 CONFIG_FILE = "deepspeed_config.json"
 CPU_COMMUNICATION_OP = "deepspeed_shm_comm"
 OP_BUILD_SECONDS = 1800  # the build: under a minute on 2 quiet cores, about 8 on 2 busy ones (load 13)
-STALE_LOCK_SECONDS = 900  # older than any build: what a killed build left behind
 BUILD_OP = ("from deepspeed.accelerator import get_accelerator; "
             "get_accelerator().create_op_builder('ShareMemCommBuilder').load()")
+HOLDER_FILE, TAKEN_OVER = "build.holder", "lock taken over"
+# Torch's lock (utils/file_baton.py) is a file a killed build leaves behind. Each build here first holds an flock,
+# which the kernel releases however its holder ends: a lock found while holding it is a dead build's, taken over.
+HOLD_AND_BUILD = f"""import fcntl, os, sys
+with open(os.path.join(sys.argv[1], "{HOLDER_FILE}"), "a") as holder:
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    if os.path.exists(os.path.join(sys.argv[1], "lock")):
+        os.remove(os.path.join(sys.argv[1], "lock"))
+        print("{TAKEN_OVER}", flush=True)
+    exec(sys.argv[2])"""
 
 
 class DeepSpeedEngine(TorchDistributorEngine):
@@ -79,28 +85,22 @@ def check_with_deepspeed(config: dict) -> None:
 
 
 def build_cpu_communication_op(timeout: float = OP_BUILD_SECONDS) -> None:
-    """Build DeepSpeed's CPU shared-memory communication op before the training processes need it, with a bound.
-
-    DeepSpeed builds it on first use with torch's extension builder, under a lock file in torch's extension folder;
-    a build killed midway leaves the lock, and every later build waits on it forever, silently. Here a lock older
-    than any build is removed, and a build that does not end in time is an error naming the lock.
-    """
-    lock = os.path.join(_extension_folder(), "lock")
-    if os.path.exists(lock) and time.time() - os.path.getmtime(lock) > STALE_LOCK_SECONDS:
-        os.remove(lock)
-        print(f"removed {lock}, left by a DeepSpeed op build that was killed", flush=True)
+    """Build DeepSpeed's CPU shared-memory communication op, which DeepSpeed builds on first use with torch's
+    extension builder, before the training processes need it: after a build killed midway, at once; past a live
+    build of another run, within a bound."""
+    folder = _extension_folder()
     try:
-        subprocess.run([sys.executable, "-c", BUILD_OP], env={**os.environ, "DS_ACCELERATOR": "cpu"},
-                       capture_output=True, text=True, timeout=timeout, check=True)
+        built = subprocess.run([sys.executable, "-c", HOLD_AND_BUILD, folder, BUILD_OP], capture_output=True,
+                               env={**os.environ, "DS_ACCELERATOR": "cpu"}, text=True, timeout=timeout, check=True)
     except subprocess.TimeoutExpired:
-        raise LaunchError(f"DeepSpeed's CPU communication op did not build within {timeout:g} s: the build waits on "
-                          f"the lock {lock}, which a killed build leaves behind. If no other DeepSpeed run is "
-                          "building it now, delete that file and run again") from None
+        raise LaunchError(f"DeepSpeed's CPU communication op did not build within {timeout:g} s: another run's build "
+                          f"holds {os.path.join(folder, HOLDER_FILE)}; let it end, or stop it") from None
     except subprocess.CalledProcessError as error:
         last = (error.stderr.strip().splitlines() or ["no output"])[-1]
         raise LaunchError(f"DeepSpeed's CPU communication op does not build ({last}): it needs a C++ compiler and "
                           "the Python headers") from None
-
+    if built.stdout.startswith(TAKEN_OVER):
+        print(f"removed {os.path.join(folder, 'lock')}, left by a DeepSpeed op build that was killed", flush=True)
 
 def _extension_folder() -> str:
     """Where torch's extension builder keeps the op's build (and its lock): TORCH_EXTENSIONS_DIR or its default."""
