@@ -30,6 +30,7 @@ from distributed_training.cli import main
 
 GOOD = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "good"
 ROOT_FILE, JOB_FILE = "databricks.yml", "resources/train.job.yml"
+OVERRIDES = ".databricks/bundle/dev/variable-overrides.json"  # the dev target's variable values, read by the CLI
 SOURCE_ROOT = Path(distributed_training.__file__).resolve().parents[1]
 TIME_BOUND_S = 30  # each case takes well under a second; only a hang comes near this
 SCHEMA_ENV = "DATABRICKS_BUNDLE_SCHEMA"
@@ -176,6 +177,12 @@ def _sparse(size: int) -> Callable[[Path], None]:
         with open(file, "wb") as handle:
             handle.truncate(size)
     return make
+
+
+def _overrides_fifo(bundle: Path) -> list[str]:
+    (bundle / OVERRIDES).parent.mkdir(parents=True)
+    os.mkfifo(bundle / OVERRIDES)
+    return []
 
 
 # ---------------------------------------------------------------- what else the CLI refuses
@@ -327,6 +334,8 @@ CASES = [
     Case(".ipynb a byte over the import limit", _task_on("notebook_task.notebook_path", "../notebooks/big.ipynb",
                                                           _sparse(local_paths.MAX_NOTEBOOK_BYTES + 1)),
          1, "[local-path-too-large]", "split it into smaller notebooks", JOB_FILE, child=True),
+    Case("variable-overrides.json that is a FIFO", _overrides_fifo, 1, "[variable-overrides-unreadable]",
+         "or delete it", OVERRIDES, "bundle/config/mutator/set_variables.go", child=True),
     # bundle.name
     Case("no bundle section", _no_bundle_section, 1, "[bundle-name-missing]", "set bundle: {name:", ROOT_FILE,
          "bundle/config/mutator/default_workspace_root.go"),
@@ -373,7 +382,7 @@ CASES = [
     Case("--schema nests without bound", _schema("[" * 200_000 + "]" * 200_000), 2, "nested too deeply",
          "databricks bundle schema", child=True),
 ]
-MIN_CASES = 41
+MIN_CASES = 42
 
 # Every line `validate` prints: the schema line, a target header, a finding (one line: file:path, severity, rule,
 # message), its fix (one line), the summary.

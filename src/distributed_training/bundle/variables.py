@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Any, Mapping
@@ -18,6 +19,7 @@ from typing import Any, Mapping
 from ..findings import Finding
 from .paths import format_path
 from .sourced import file_at
+from .yaml_files import MAX_FILE_BYTES, special_file_kind
 
 ENV_PREFIX = "BUNDLE_VAR_"
 OVERRIDES_FILE = ".databricks/bundle/{target}/variable-overrides.json"
@@ -64,8 +66,16 @@ def read_overrides(bundle_root: FilePath, target: str) -> tuple[dict[str, Any], 
     before defaults; a file it cannot read is an error, as for the CLI (set_variables.go, readVariablesFromFile)."""
     name = OVERRIDES_FILE.format(target=target)
     try:
+        info = os.stat(bundle_root / name)
+    except (OSError, ValueError):  # absent: the usual case
+        return {}, []
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:  # a FIFO's read would block forever
+        why = (f"it is {special_file_kind(info.st_mode)[0]}, not a regular file" if not stat.S_ISREG(info.st_mode)
+               else f"it is {info.st_size:,} bytes, over {MAX_FILE_BYTES:,}")
+        return {}, [_overrides_unreadable(name, why)]
+    try:
         text = (bundle_root / name).read_text(encoding="utf-8")
-    except (OSError, ValueError):  # absent (the usual case), or not a file the CLI could read either
+    except (OSError, ValueError):
         return {}, []
     try:
         values = json.loads(text)
@@ -75,9 +85,13 @@ def read_overrides(bundle_root: FilePath, target: str) -> tuple[dict[str, Any], 
         if isinstance(values, dict):
             return values, []
         why = f"it holds a {type(values).__name__}, not an object"
-    return {}, [Finding("variable-overrides-unreadable", f"cannot read {name}: {why}, and the CLI stops there",
-                        'write it as a JSON object of variable names to values: {"catalog": "main"}, or delete it',
-                        file=name)]
+    return {}, [_overrides_unreadable(name, why)]
+
+
+def _overrides_unreadable(name: str, why: str) -> Finding:
+    return Finding("variable-overrides-unreadable", f"cannot read {name}: {why}, and the CLI stops there",
+                   'write it as a JSON object of variable names to values: {"catalog": "main"}, or delete it',
+                   file=name)
 
 
 def missing_value_findings(variables: dict[str, Variable], target: str) -> list[Finding]:
