@@ -93,6 +93,32 @@ def refusal_to_resume(config) -> str | None:
                                          "continue it, or --no-resume to start over there")
 
 
+class DamagedCheckpoint(ValueError):
+    """A file of a complete checkpoint that does not read: the message names it and what is wrong."""
+
+
+def damaged(path: str) -> DamagedCheckpoint:
+    return DamagedCheckpoint(path + (" is missing" if not os.path.exists(path) else " is empty" if not
+                                     os.path.getsize(path) else " is cut short or overwritten"))
+
+
+def read_checkpoint_file(path: str, read=None, **load_options):
+    """read(path), by default torch.load(path, **load_options); a file that does not read is damaged(path)."""
+    import torch
+
+    try:
+        return read(path) if read else torch.load(path, **load_options)
+    except Exception as error:
+        raise damaged(path) from error
+
+
+def instead_of(directory: str, tag: str) -> str:
+    """The fix for a damaged checkpoint given to --init-from: the complete one before it, or a fresh start."""
+    earlier = [step for step in complete_steps(directory) if step < step_of(tag)]
+    return (f"give --init-from the checkpoint before it, {os.path.join(directory, tag_of(earlier[0]))}" if earlier
+            else "no complete checkpoint comes before it: start fresh (without --init-from)")
+
+
 class CheckpointFolderError(OSError):
     """The checkpoint folder cannot be used: found before training, not after the first epoch."""
 
@@ -145,8 +171,8 @@ class Checkpoints:
         fix = "start from its weights alone (--init-mode weights), or train with the settings that run had"
         marker = self._load_newest(strategy, directory, [step_of(tag)], f"--init-from {directory}: starting from", fix)
         if marker is None:
-            raise RuntimeError(f"--init-from: the checkpoint {os.path.join(directory, tag)} does not load on every "
-                               "rank: give another checkpoint of that run")
+            raise DamagedCheckpoint(f"--init-from: the checkpoint {os.path.join(directory, tag)} does not load on "
+                                    f"every rank (the warnings above say why): {instead_of(directory, tag)}")
         return marker
 
     def _load_newest(self, strategy, directory: str, steps: list[int], doing: str, fix: str) -> dict | None:
@@ -174,8 +200,9 @@ class Checkpoints:
                 restore_random_states(generators)
             return True
         except Exception as error:  # a truncated zip, a bad pickle, a missing shard: all mean "not this one"
-            print(f"warning: rank {self.process.rank} cannot load {os.path.join(directory, tag)}: "
-                  f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", flush=True)
+            why = str(error) if isinstance(error, DamagedCheckpoint) else (
+                f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}")
+            print(f"warning: rank {self.process.rank} cannot load {os.path.join(directory, tag)}: {why}", flush=True)
             return False
 
     def _drop_old(self) -> None:
@@ -201,7 +228,7 @@ def restore_random_states(path: str) -> None:
     import numpy
     import torch
 
-    states = torch.load(path, weights_only=False)  # Python's and numpy's states are tuples of plain values
+    states = read_checkpoint_file(path, weights_only=False)  # Python's and numpy's states are tuples of plain values
     random.setstate(states["python"])
     numpy.random.set_state(states["numpy"])
     torch.set_rng_state(states["torch"])

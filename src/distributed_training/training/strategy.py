@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from ..files import write_atomically
+from .checkpoints import DamagedCheckpoint, damaged, instead_of, read_checkpoint_file
 from .distributed import Process
 
 HALF_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -99,8 +100,8 @@ class DataParallel(Strategy):
             write_atomically(os.path.join(directory, tag, STATE_FILE), lambda file: torch.save(state, file))
 
     def load(self, directory: str, tag: str) -> None:
-        state = torch.load(os.path.join(directory, tag, STATE_FILE), map_location=self.process.device,
-                           weights_only=True)
+        state = read_checkpoint_file(os.path.join(directory, tag, STATE_FILE), map_location=self.process.device,
+                                     weights_only=True)
         unwrapped(self.module).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -146,6 +147,7 @@ class FullyShardedDataParallel(DataParallel):
         dcp.save(self._state(), checkpoint_id=os.path.join(directory, tag))
 
     def load(self, directory: str, tag: str) -> None:
+        sharded_metadata(os.path.join(directory, tag))
         state = self._state()  # what to read, and where: DCP loads into it
         try:
             dcp.load(state, checkpoint_id=os.path.join(directory, tag))
@@ -216,16 +218,41 @@ def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "_orig_mod", model)
 
 
+def sharded_metadata(folder: str):
+    """The metadata of FSDP2's checkpoint in folder, once every file it names is there, whole, and its chunks cover
+    each tensor: what they leave out, DCP would leave as it was (uninitialised memory, read whole)."""
+    metadata = read_checkpoint_file(os.path.join(folder, ".metadata"),
+                                    lambda _: dcp.FileSystemReader(folder).read_metadata())
+    for item in metadata.storage_data.values():
+        path = os.path.join(folder, item.relative_path)
+        if not os.path.exists(path) or os.path.getsize(path) < item.offset + item.length:
+            raise damaged(path)
+    for name, item in metadata.state_dict_metadata.items():
+        if hasattr(item, "chunks") and sum(chunk.sizes.numel() for chunk in item.chunks) < item.size.numel():
+            raise DamagedCheckpoint(f"{folder}/.metadata lists only part of {name}: a rank's shards are missing")
+    return metadata
+
+
 def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
     """The model's float32 weights in a checkpoint any strategy wrote (--init-from reads them on every rank)."""
+    try:
+        return _checkpoint_weights(directory, tag)
+    except DamagedCheckpoint as error:
+        raise DamagedCheckpoint(f"--init-from: {error}: {instead_of(directory, tag)}") from None
+
+
+def _checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
     state_file = os.path.join(directory, tag, STATE_FILE)
     if os.path.exists(state_file):
-        return torch.load(state_file, map_location="cpu", weights_only=True)["model"]
-    if os.path.exists(os.path.join(directory, tag, ".metadata")):  # FSDP2's: the weights' shards put together
-        reader = dcp.FileSystemReader(os.path.join(directory, tag))
+        return read_checkpoint_file(state_file, map_location="cpu", weights_only=True)["model"]
+    folder = os.path.join(directory, tag)
+    if any(name == ".metadata" or name.endswith(".distcp") for name in os.listdir(folder)):  # FSDP2's shards
         weights = {name.removeprefix("model."): torch.empty(item.size, dtype=item.properties.dtype)
-                   for name, item in reader.read_metadata().state_dict_metadata.items() if name.startswith("model.")}
-        dcp.load({"model": weights}, storage_reader=reader, no_dist=True)  # each rank reads them on its own
+                   for name, item in sharded_metadata(folder).state_dict_metadata.items() if name.startswith("model.")}
+        try:  # each rank reads them on its own
+            dcp.load({"model": weights}, storage_reader=dcp.FileSystemReader(folder), no_dist=True)
+        except dcp.CheckpointException:  # every file there, whole in size: one is overwritten
+            raise DamagedCheckpoint(f"{folder} holds a shard that does not read: it was overwritten") from None
         return weights
     try:  # DeepSpeed's own layout: the weights rebuilt from its fp32 master copy, whatever the ZeRO stage
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
