@@ -10,6 +10,7 @@ uninterrupted one would, even mid-epoch (the data order depends only on seed, ra
 checkpoint's run identity: what changes the math or the data order, not logging, cadence or length."""
 
 import json
+import math
 import os
 import random
 import re
@@ -19,6 +20,7 @@ from dataclasses import asdict
 
 from ..config import CHECKPOINTS_DIR, placement
 from ..files import write_atomically, write_json
+from ..run_folder import finished_metrics
 
 MARKER = "complete.json"
 TAG = re.compile(r"^step-(\d+)$")
@@ -68,16 +70,22 @@ def complete_steps(directory: str) -> list[int]:
 
 
 def options_identity(config) -> dict:
-    """The part of a run's identity that its options decide (JSON types: compared after a round trip)."""
+    """The part of a run's identity that its options decide (JSON types: compared after a round trip). The
+    optimizer's settings are part of it: a resume with others would go on along another schedule than it says."""
     return {"task": config.task, "task_options": json.loads(json.dumps(asdict(config.task_options))),
             "engine": config.engine, "parallelism": config.parallelism, "seed": config.seed,
-            "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation}
+            "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation,
+            "learning_rate": config.learning_rate, "weight_decay": config.weight_decay,
+            "warmup_fraction": config.warmup_fraction, "grad_clip": config.grad_clip}
 
 
 def refusal_to_resume(config) -> str | None:
-    """Why this run cannot resume the newest checkpoint in its folder, as far as the config tells (the source and the
-    processes where they are known; the data's rows once it is staged); None when it can, or has nothing to resume."""
+    """Why this run cannot resume the newest checkpoint in its folder, or start from --init-from's, as far as the
+    config and the checkpoints' markers tell (the source and the processes where they are known; the data's rows once
+    it is staged); None when it can, or has nothing to resume."""
     steps = complete_steps(config.checkpoint_dir) if config.resume else []
+    if config.init_from and not steps:
+        return _refusal_to_start_from(config)
     marker = read_marker(config.checkpoint_dir, tag_of(steps[0])) if steps else None
     if marker is None:
         return None
@@ -87,10 +95,28 @@ def refusal_to_resume(config) -> str | None:
     if config.local or config.processes or config.gpus_per_node is not None:  # else the driver's GPUs decide
         ours["world_size"] = placement(config).world_size
     theirs = {name: theirs.get(name) for name in ours} if isinstance(theirs, dict) else theirs
-    differences = _differences(theirs, ours)
-    return None if not differences else (f"{config.output_dir} holds the checkpoints of another run ({differences}): "
-                                         "give this run its own --output-dir, train with that run's settings to "
-                                         "continue it, or --no-resume to start over there")
+    if differences := _differences(theirs, ours):
+        return (f"{config.output_dir} holds the checkpoints of another run ({differences}): give this run its own "
+                "--output-dir (--init-from that folder starts it from those weights), train with that run's settings "
+                "to continue it, or --no-resume to start over there")
+    if (config.max_steps or math.inf) < marker.get("step", 0) and finished_metrics(
+            config.output_dir, config.engine, config.task, config.epochs, config.max_steps) is None:
+        return (f"--max-steps {config.max_steps} is below the {marker['step']} steps the run in {config.output_dir} "
+                "took already: give a larger --max-steps, or a new --output-dir")
+    return None
+
+
+def _refusal_to_start_from(config) -> str | None:
+    try:
+        directory, tag = named_checkpoint(config.init_from)
+    except CheckpointFolderError as error:
+        return str(error)
+    theirs = (read_marker(directory, tag) or {}).get("run_identity")
+    task = theirs.get("task") if isinstance(theirs, dict) else None
+    if task not in (None, config.task):
+        return (f"--init-from {os.path.join(directory, tag)} is a checkpoint of the task {task}, not {config.task}: "
+                f"give a checkpoint of a {config.task} run, or train that task (--task {task})")
+    return None
 
 
 class DamagedCheckpoint(ValueError):
