@@ -1,13 +1,8 @@
-"""Checkpoints after any optimizer step that a rerun can trust, and the resume from the newest one.
-
-    checkpoints/step-00001200/state.pt        the training state (DeepSpeed's files, or FSDP2's DCP: a shard per rank)
-    checkpoints/step-00001200/rng-rank0.pt    each rank's random number generators' states
-    checkpoints/step-00001200/complete.json   written last by rank 0 once all ranks saved: step, run identity, progress
-
-Only a checkpoint marked complete counts, every file is renamed into place, and one that does not load is skipped
-with a warning: a run killed mid-save leaves nothing a resume would take for whole. A resumed run ends where an
-uninterrupted one would, even mid-epoch (the data order depends only on seed, rank and epoch). A resume needs the
-checkpoint's run identity: what changes the math or the data order, not logging, cadence or length."""
+"""Checkpoints after any optimizer step that a rerun can trust, and the resume from the newest one: step-NNNNNNNN/
+holds state.pt (DeepSpeed's files, FSDP2's shards), each rank's random generators (rng-rankR.pt), and, written last by
+rank 0 once all ranks saved, complete.json (step, run identity, progress). Only a checkpoint marked complete counts,
+and one that does not load is skipped with a warning. A resumed run ends where an uninterrupted one would, even
+mid-epoch; it needs the checkpoint's run identity: what changes the math or the data order, not logging or length."""
 
 import json
 import math
@@ -80,9 +75,8 @@ def options_identity(config) -> dict:
 
 
 def refusal_to_resume(config) -> str | None:
-    """Why this run cannot resume the newest checkpoint in its folder, or start from --init-from's, as far as the
-    config and the checkpoints' markers tell (the source and the processes where they are known; the data's rows once
-    it is staged); None when it can, or has nothing to resume."""
+    """Why this run cannot resume its folder's newest checkpoint, or start from --init-from's, as far as the config and
+    the markers tell (the source and processes where known; the rows once staged); None when it can."""
     steps = complete_steps(config.checkpoint_dir) if config.resume else []
     if config.init_from and not steps:
         return _refusal_to_start_from(config)
@@ -103,7 +97,6 @@ def refusal_to_resume(config) -> str | None:
             config.output_dir, config.engine, config.task, config.epochs, config.max_steps) is None:
         return (f"--max-steps {config.max_steps} is below the {marker['step']} steps the run in {config.output_dir} "
                 "took already: give a larger --max-steps, or a new --output-dir")
-    return None
 
 
 def _refusal_to_start_from(config) -> str | None:
@@ -111,38 +104,34 @@ def _refusal_to_start_from(config) -> str | None:
         directory, tag = named_checkpoint(config.init_from)
     except CheckpointFolderError as error:
         return str(error)
-    theirs = (read_marker(directory, tag) or {}).get("run_identity")
-    task = theirs.get("task") if isinstance(theirs, dict) else None
-    if task not in (None, config.task):
+    task = ((read_marker(directory, tag) or {}).get("run_identity") or {}).get("task", config.task)
+    if task != config.task:
         return (f"--init-from {os.path.join(directory, tag)} is a checkpoint of the task {task}, not {config.task}: "
                 f"give a checkpoint of a {config.task} run, or train that task (--task {task})")
-    return None
 
 
 class DamagedCheckpoint(ValueError):
-    """A file of a complete checkpoint that does not read: the message names it and what is wrong."""
+    """A checkpoint (or a file in it) that does not read: named, with what is wrong and which checkpoint to take."""
+
+    def __init__(self, path: str, problem: str):
+        directory, tag = os.path.split(path if TAG.match(os.path.basename(path)) else os.path.dirname(path))
+        earlier = [os.path.join(directory, tag_of(step)) for step in complete_steps(directory) if step < step_of(tag)]
+        super().__init__(f"{path} {problem}: " + (f"take the checkpoint before it, {earlier[0]}" if earlier else
+                                                  "no complete checkpoint comes before it: start fresh"))
 
 
 def damaged(path: str) -> DamagedCheckpoint:
-    return DamagedCheckpoint(path + (" is missing" if not os.path.exists(path) else " is empty" if not
-                                     os.path.getsize(path) else " is cut short or overwritten"))
+    return DamagedCheckpoint(path, "is missing" if not os.path.exists(path) else "is empty" if not
+                             os.path.getsize(path) else "is cut short or overwritten")
 
 
 def read_checkpoint_file(path: str, read=None, **load_options):
-    """read(path), by default torch.load(path, **load_options); a file that does not read is damaged(path)."""
     import torch
 
     try:
         return read(path) if read else torch.load(path, **load_options)
     except Exception as error:
         raise damaged(path) from error
-
-
-def instead_of(directory: str, tag: str) -> str:
-    """The fix for a damaged checkpoint given to --init-from: the complete one before it, or a fresh start."""
-    earlier = [step for step in complete_steps(directory) if step < step_of(tag)]
-    return (f"give --init-from the checkpoint before it, {os.path.join(directory, tag_of(earlier[0]))}" if earlier
-            else "no complete checkpoint comes before it: start fresh (without --init-from)")
 
 
 class CheckpointFolderError(OSError):
@@ -197,8 +186,8 @@ class Checkpoints:
         fix = "start from its weights alone (--init-mode weights), or train with the settings that run had"
         marker = self._load_newest(strategy, directory, [step_of(tag)], f"--init-from {directory}: starting from", fix)
         if marker is None:
-            raise DamagedCheckpoint(f"--init-from: the checkpoint {os.path.join(directory, tag)} does not load on "
-                                    f"every rank (the warnings above say why): {instead_of(directory, tag)}")
+            raise DamagedCheckpoint(os.path.join(directory, tag), "does not load on every rank (the warnings above "
+                                    "say why), so --init-from cannot start from it")
         return marker
 
     def _load_newest(self, strategy, directory: str, steps: list[int], doing: str, fix: str) -> dict | None:

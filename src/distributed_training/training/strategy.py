@@ -1,8 +1,6 @@
-"""How gradients are made and applied behind one small object, which the loop uses alike for DDP, FSDP2 or DeepSpeed:
-`prepare` wraps the model, each micro-batch of a window runs in `micro_batch` (forward under `autocast`, `backward`),
-`step` clips and updates once per window, and every rank calls `save` and `load` (checkpoints); see loop.update.
-Mixed precision is autocast (DeepSpeed: fp32 master weights in its optimizer). A checkpoint holds the plain model's
-weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile)."""
+"""How gradients are made and applied behind one small object, the same to the loop for DDP, FSDP2 or DeepSpeed (see
+loop.update). Mixed precision is autocast (DeepSpeed: fp32 master weights in its optimizer). A checkpoint holds the
+plain model's weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile)."""
 
 import contextlib
 import os
@@ -21,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from ..files import write_atomically
-from .checkpoints import DamagedCheckpoint, damaged, instead_of, read_checkpoint_file
+from .checkpoints import DamagedCheckpoint, damaged, read_checkpoint_file
 from .distributed import Process
 
 HALF_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -206,10 +204,8 @@ class DeepSpeed(Strategy):
             raise FileNotFoundError(f"DeepSpeed found no checkpoint {tag} in {directory}")
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        if self.model.zero_optimization_partition_weights():  # ZeRO 3: every rank holds a slice of each weight
-            state = self.model._zero3_consolidated_16bit_state_dict() or {}
-        else:
-            state = unwrapped(self.module).state_dict()
+        state = ((self.model._zero3_consolidated_16bit_state_dict() or {})  # ZeRO 3: each rank holds a slice of each
+                 if self.model.zero_optimization_partition_weights() else unwrapped(self.module).state_dict())
         return {name: value.detach().float().cpu() for name, value in state.items()}
 
 
@@ -219,8 +215,7 @@ def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def sharded_metadata(folder: str):
-    """The metadata of FSDP2's checkpoint in folder, once every file it names is there, whole, and its chunks cover
-    each tensor: what they leave out, DCP would leave as it was (uninitialised memory, read whole)."""
+    """FSDP2's checkpoint's metadata, once its files are there, whole, and cover each tensor (DCP leaves a gap as is)."""
     metadata = read_checkpoint_file(os.path.join(folder, ".metadata"),
                                     lambda _: dcp.FileSystemReader(folder).read_metadata())
     for item in metadata.storage_data.values():
@@ -229,19 +224,12 @@ def sharded_metadata(folder: str):
             raise damaged(path)
     for name, item in metadata.state_dict_metadata.items():
         if hasattr(item, "chunks") and sum(chunk.sizes.numel() for chunk in item.chunks) < item.size.numel():
-            raise DamagedCheckpoint(f"{folder}/.metadata lists only part of {name}: a rank's shards are missing")
+            raise DamagedCheckpoint(f"{folder}/.metadata", f"lists only part of {name}: a rank's shards are missing")
     return metadata
 
 
 def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
     """The model's float32 weights in a checkpoint any strategy wrote (--init-from reads them on every rank)."""
-    try:
-        return _checkpoint_weights(directory, tag)
-    except DamagedCheckpoint as error:
-        raise DamagedCheckpoint(f"--init-from: {error}: {instead_of(directory, tag)}") from None
-
-
-def _checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
     state_file = os.path.join(directory, tag, STATE_FILE)
     if os.path.exists(state_file):
         return read_checkpoint_file(state_file, map_location="cpu", weights_only=True)["model"]
@@ -252,7 +240,7 @@ def _checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
         try:  # each rank reads them on its own
             dcp.load({"model": weights}, storage_reader=dcp.FileSystemReader(folder), no_dist=True)
         except dcp.CheckpointException:  # every file there, whole in size: one is overwritten
-            raise DamagedCheckpoint(f"{folder} holds a shard that does not read: it was overwritten") from None
+            raise DamagedCheckpoint(folder, "holds a shard that does not read: one was overwritten") from None
         return weights
     try:  # DeepSpeed's own layout: the weights rebuilt from its fp32 master copy, whatever the ZeRO stage
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
