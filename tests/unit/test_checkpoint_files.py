@@ -118,8 +118,8 @@ def test_an_fsdp2_checkpoint_with_a_damaged_file_is_refused_naming_it_and_the_on
     damage(sharded_copy / tag_of(2) / file)
     with pytest.raises(DamagedCheckpoint) as refusal:
         checkpoint_weights(str(sharded_copy), tag_of(2))
-    if (file, damage) == ("__1_0.distcp", overwritten):  # whole in size: which shard does not read, DCP does not say
-        named, problem = sharded_copy / tag_of(2), "holds a shard that does not read: one was overwritten"
+    if file == "__1_0.distcp":  # which shard does not read, DCP does not say
+        named, problem = sharded_copy / tag_of(2), "has a shard that does not read (missing, cut short or overwritten)"
     else:
         named, problem = sharded_copy / tag_of(2) / file, PROBLEMS[damage]
     assert str(refusal.value) == f"{named} {problem}: take the checkpoint before it, {sharded_copy / tag_of(1)}"
@@ -174,7 +174,8 @@ def test_a_resume_names_the_damaged_file_and_takes_the_checkpoint_before_it(tmp_
 INIT_CASES = [(step, damage) for step in (1, 2) for damage in (cut_short, emptied, overwritten)]
 
 
-@pytest.mark.parametrize("step, damage", INIT_CASES, ids=[f"step-{step}-{damage.__name__}" for step, damage in INIT_CASES])
+@pytest.mark.parametrize("step, damage", INIT_CASES,
+                         ids=[f"step-{step}-{damage.__name__}" for step, damage in INIT_CASES])
 def test_init_from_a_damaged_state_file_names_it_and_the_checkpoint_to_take_instead(tmp_path, single_process, step,
                                                                                    damage):
     two_checkpoints(tmp_path, single_process)

@@ -79,7 +79,14 @@ def refusal_to_resume(config) -> str | None:
     the markers tell (the source and processes where known; the rows once staged); None when it can."""
     steps = complete_steps(config.checkpoint_dir) if config.resume else []
     if config.init_from and not steps:
-        return _refusal_to_start_from(config)
+        try:
+            directory, tag = named_checkpoint(config.init_from)
+        except CheckpointFolderError as error:
+            return str(error)
+        task = ((read_marker(directory, tag) or {}).get("run_identity") or {}).get("task", config.task)
+        return None if task == config.task else (
+            f"--init-from {os.path.join(directory, tag)} is a checkpoint of the task {task}, not {config.task}: give "
+            f"a checkpoint of a {config.task} run, or train that task (--task {task})")
     marker = read_marker(config.checkpoint_dir, tag_of(steps[0])) if steps else None
     if marker is None:
         return None
@@ -99,30 +106,13 @@ def refusal_to_resume(config) -> str | None:
                 "took already: give a larger --max-steps, or a new --output-dir")
 
 
-def _refusal_to_start_from(config) -> str | None:
-    try:
-        directory, tag = named_checkpoint(config.init_from)
-    except CheckpointFolderError as error:
-        return str(error)
-    task = ((read_marker(directory, tag) or {}).get("run_identity") or {}).get("task", config.task)
-    if task != config.task:
-        return (f"--init-from {os.path.join(directory, tag)} is a checkpoint of the task {task}, not {config.task}: "
-                f"give a checkpoint of a {config.task} run, or train that task (--task {task})")
-
 
 class DamagedCheckpoint(ValueError):
-    """A checkpoint (or a file in it) that does not read: named, with what is wrong and which checkpoint to take."""
-
     def __init__(self, path: str, problem: str):
         directory, tag = os.path.split(path if TAG.match(os.path.basename(path)) else os.path.dirname(path))
         earlier = [os.path.join(directory, tag_of(step)) for step in complete_steps(directory) if step < step_of(tag)]
         super().__init__(f"{path} {problem}: " + (f"take the checkpoint before it, {earlier[0]}" if earlier else
                                                   "no complete checkpoint comes before it: start fresh"))
-
-
-def damaged(path: str) -> DamagedCheckpoint:
-    return DamagedCheckpoint(path, "is missing" if not os.path.exists(path) else "is empty" if not
-                             os.path.getsize(path) else "is cut short or overwritten")
 
 
 def read_checkpoint_file(path: str, read=None, **load_options):
@@ -131,7 +121,8 @@ def read_checkpoint_file(path: str, read=None, **load_options):
     try:
         return read(path) if read else torch.load(path, **load_options)
     except Exception as error:
-        raise damaged(path) from error
+        raise DamagedCheckpoint(path, "is missing" if not os.path.exists(path) else "is empty" if not
+                                os.path.getsize(path) else "is cut short or overwritten") from error
 
 
 class CheckpointFolderError(OSError):

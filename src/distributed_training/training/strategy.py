@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from ..files import write_atomically
-from .checkpoints import DamagedCheckpoint, damaged, read_checkpoint_file
+from .checkpoints import DamagedCheckpoint, read_checkpoint_file
 from .distributed import Process
 
 HALF_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -38,8 +38,7 @@ class Strategy:
                               enabled=self.precision != "fp32")
 
     def follow_schedule(self) -> None:
-        """Set the rate of the step reached by this run's schedule: after a resume, a run longer than the one that
-        saved the checkpoint takes its own rate from the next update on (the optimizer's state holds the shorter's)."""
+        """After a resume: this run's rate at the step reached (the optimizer's state has the saved run's)."""
         for group, base, multiplier in zip(self.scheduler.optimizer.param_groups, self.scheduler.base_lrs,
                                            self.scheduler.lr_lambdas):
             group["lr"] = base * multiplier(self.scheduler.last_epoch)
@@ -105,15 +104,13 @@ class DataParallel(Strategy):
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The whole model's weights, float32 on the CPU (every rank calls it)."""
+    def full_state_dict(self) -> dict[str, torch.Tensor]:  # float32 on the CPU (every rank calls it)
         return {name: value.detach().float().cpu() for name, value in unwrapped(self.module).state_dict().items()}
 
 
 class FullyShardedDataParallel(DataParallel):
-    """FSDP2 (fully_shard): each rank keeps a slice of every fp32 weight, gradient and optimizer state. Each block of
-    the model's ModuleLists (a transformer's layers) is a unit gathered in 16-bit where mixed precision is on, just
-    before it runs; the rest (embeddings, tied or not, heads) is the root's. Checkpoints are DCP: a shard per rank."""
+    """FSDP2 (fully_shard): each rank keeps a slice of every fp32 weight, gradient and optimizer state; each block of
+    the model's ModuleLists is a unit (gathered in 16-bit under mixed precision), the rest the root's."""
 
     scaler_type = ShardedGradScaler
 
@@ -150,7 +147,8 @@ class FullyShardedDataParallel(DataParallel):
         try:
             dcp.load(state, checkpoint_id=os.path.join(directory, tag))
         except dcp.CheckpointException as error:  # a BaseException, on every rank: for the resume, a damaged one
-            raise RuntimeError(f"ranks {sorted(error.failures)} cannot read their part of it") from error
+            raise DamagedCheckpoint(os.path.join(directory, tag), f"has shards that ranks {sorted(error.failures)} "
+                                    "cannot read: missing, cut short or overwritten") from error
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
@@ -215,13 +213,9 @@ def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def sharded_metadata(folder: str):
-    """FSDP2's checkpoint's metadata, once its files are there, whole, and cover each tensor (DCP leaves a gap as is)."""
+    """FSDP2's checkpoint's metadata, once it covers every tensor whole (DCP would leave a gap as it was)."""
     metadata = read_checkpoint_file(os.path.join(folder, ".metadata"),
                                     lambda _: dcp.FileSystemReader(folder).read_metadata())
-    for item in metadata.storage_data.values():
-        path = os.path.join(folder, item.relative_path)
-        if not os.path.exists(path) or os.path.getsize(path) < item.offset + item.length:
-            raise damaged(path)
     for name, item in metadata.state_dict_metadata.items():
         if hasattr(item, "chunks") and sum(chunk.sizes.numel() for chunk in item.chunks) < item.size.numel():
             raise DamagedCheckpoint(f"{folder}/.metadata", f"lists only part of {name}: a rank's shards are missing")
@@ -239,8 +233,9 @@ def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
                    for name, item in sharded_metadata(folder).state_dict_metadata.items() if name.startswith("model.")}
         try:  # each rank reads them on its own
             dcp.load({"model": weights}, storage_reader=dcp.FileSystemReader(folder), no_dist=True)
-        except dcp.CheckpointException:  # every file there, whole in size: one is overwritten
-            raise DamagedCheckpoint(folder, "holds a shard that does not read: one was overwritten") from None
+        except dcp.CheckpointException:
+            raise DamagedCheckpoint(folder, "has a shard that does not read (missing, cut short or overwritten)") \
+                from None
         return weights
     try:  # DeepSpeed's own layout: the weights rebuilt from its fp32 master copy, whatever the ZeRO stage
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
