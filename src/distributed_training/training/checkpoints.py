@@ -5,7 +5,6 @@ and one that does not load is skipped with a warning. A resumed run ends where a
 mid-epoch; it needs the checkpoint's run identity: what changes the math or the data order, not logging or length."""
 
 import json
-import math
 import os
 import random
 import re
@@ -65,8 +64,8 @@ def complete_steps(directory: str) -> list[int]:
 
 
 def options_identity(config) -> dict:
-    """The part of a run's identity that its options decide (JSON types: compared after a round trip). The
-    optimizer's settings are part of it: a resume with others would go on along another schedule than it says."""
+    """The part of a run's identity that its options decide (JSON types: compared after a round trip)."""
+    # the optimizer's settings too: a resume with others would go on along a schedule neither run has
     return {"task": config.task, "task_options": json.loads(json.dumps(asdict(config.task_options))),
             "engine": config.engine, "parallelism": config.parallelism, "seed": config.seed,
             "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation,
@@ -100,7 +99,7 @@ def refusal_to_resume(config) -> str | None:
         return (f"{config.output_dir} holds the checkpoints of another run ({differences}): give this run its own "
                 "--output-dir (--init-from that folder starts it from those weights), train with that run's settings "
                 "to continue it, or --no-resume to start over there")
-    if (config.max_steps or math.inf) < marker.get("step", 0) and finished_metrics(
+    if config.max_steps and config.max_steps < marker.get("step", 0) and finished_metrics(
             config.output_dir, config.engine, config.task, config.epochs, config.max_steps) is None:
         return (f"--max-steps {config.max_steps} is below the {marker['step']} steps the run in {config.output_dir} "
                 "took already: give a larger --max-steps, or a new --output-dir")

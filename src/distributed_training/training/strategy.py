@@ -147,8 +147,7 @@ class FullyShardedDataParallel(DataParallel):
         try:
             dcp.load(state, checkpoint_id=os.path.join(directory, tag))
         except dcp.CheckpointException as error:  # a BaseException, on every rank: for the resume, a damaged one
-            raise DamagedCheckpoint(os.path.join(directory, tag), f"has shards that ranks {sorted(error.failures)} "
-                                    "cannot read: missing, cut short or overwritten") from error
+            raise RuntimeError(f"ranks {sorted(error.failures)} cannot read their part of it") from error
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
