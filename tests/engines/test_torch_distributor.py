@@ -13,6 +13,7 @@ import torch
 
 from distributed_training.engines import LaunchError
 from distributed_training.engines.torch_distributor import ENGINE
+from distributed_training.run_folder import MODEL_FILE
 from distributed_training.task_interface import load_task
 from distributed_training.training.checkpoints import tag_of
 from distributed_training.training.data import StagedData
@@ -81,7 +82,10 @@ def test_the_language_model_learns_under_fsdp2_and_its_sharded_checkpoint_reads_
     final = Path(config.checkpoint_dir) / tag_of(run.metrics["step"])
     assert (final / ".metadata").exists() and not (final / "state.pt").exists()
     model = load_task(LANGUAGE).build_model({}, config.task_options)
-    model.load_state_dict(checkpoint_weights(config.checkpoint_dir, final.name))  # strict: every name and shape
+    weights = checkpoint_weights(config.checkpoint_dir, final.name)
+    model.load_state_dict(weights)  # strict: every name and shape
+    trained = torch.load(Path(config.output_dir) / MODEL_FILE)  # the whole model as the run ended it
+    assert all(torch.equal(weights[name], value) for name, value in trained.items())  # and every value
 
 
 def test_a_failure_in_the_workers_comes_back_as_one_clear_error(spark, staged_run):

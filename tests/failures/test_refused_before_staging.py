@@ -1,7 +1,8 @@
 """Refusals that need more than the options come as soon as what they need is known, and before anything is written:
 an accumulation window longer than an epoch once the rows are counted (before any training process starts); a resume
 of another run's checkpoints before staging touches that run's staged data (before Spark starts where the options
-tell, else right after the config is resolved)."""
+tell, else right after the config is resolved); what the checkpoints' markers tell (the steps taken, the task, the
+optimizer's settings) before Spark starts."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import pytest
 
 from distributed_training import launch
 from distributed_training.task_interface import load_task
-from distributed_training.training.checkpoints import options_identity, tag_of
+from distributed_training.config import placement
+from distributed_training.training.checkpoints import options_identity, refusal_to_resume, tag_of
 
 from support.runs import FARE, LANGUAGE
 
@@ -89,3 +91,58 @@ def test_a_resume_across_task_model_or_processes_leaves_the_other_runs_data_unto
         error = the_error(capsys)
         assert code == 1 and differs in error and "--no-resume to start over there" in error, error
     assert snapshot(output_dir) == before
+
+
+def checkpoint_of(output_dir: Path, step: int, arguments: list[str]) -> None:
+    """A complete checkpoint's marker in output_dir, as a run with these arguments would have left it at `step`."""
+    config = launch.configuration.from_args([*arguments, "--output-dir", str(output_dir)])
+    marker = output_dir / "checkpoints" / tag_of(step) / "complete.json"
+    marker.parent.mkdir(parents=True)
+    identity = {**options_identity(config), "world_size": placement(config).world_size}
+    marker.write_text(json.dumps({"step": step, "epoch": 1, "run_identity": identity}))
+
+
+def test_a_max_steps_below_the_steps_the_run_took_is_refused_before_spark(tmp_path, capsys, no_spark_starts):
+    output_dir = tmp_path / "run"
+    checkpoint_of(output_dir, 20, TRAIN)
+    assert launch.main([*TRAIN, "--output-dir", str(output_dir), "--max-steps", "19"]) == 1
+    assert the_error(capsys) == (f"error: --max-steps 19 is below the 20 steps the run in {output_dir} took already: "
+                                 "give a larger --max-steps, or a new --output-dir")
+    assert not (output_dir / "staging").exists()
+    for max_steps in ("20", "21"):  # the same budget, or a larger one: resumed
+        config = launch.configuration.from_args([*TRAIN, "--output-dir", str(output_dir), "--max-steps", max_steps])
+        assert refusal_to_resume(config) is None
+
+
+def test_init_from_a_plain_file_is_refused_before_spark(tmp_path, capsys, no_spark_starts):
+    plain = tmp_path / "model.pt"
+    plain.write_bytes(b"weights")
+    assert launch.main([*TRAIN, "--output-dir", str(tmp_path / "run"), "--init-from", str(plain)]) == 1
+    assert the_error(capsys).startswith(f"error: --init-from {plain} holds no complete checkpoint (step-NNNNNNNN "
+                                        "with complete.json): give an earlier run's output folder")
+    assert not (tmp_path / "run").exists()
+
+
+def test_init_from_a_checkpoint_of_another_task_is_refused_before_spark(tmp_path, capsys, no_spark_starts):
+    checkpoint_of(tmp_path / "language", 7, [*TRAIN, "--task", LANGUAGE])
+    assert launch.main([*TRAIN, "--output-dir", str(tmp_path / "run"), "--init-from", str(tmp_path / "language")]) == 1
+    assert the_error(capsys) == (f"error: --init-from {tmp_path / 'language' / 'checkpoints' / tag_of(7)} is a "
+                                 f"checkpoint of the task {LANGUAGE}, not {FARE}: give a checkpoint of a {FARE} run, "
+                                 f"or train that task (--task {LANGUAGE})")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("option, value, difference", [
+    ("--learning-rate", "0.01", "learning_rate: 0.003 -> 0.01"), ("--weight-decay", "0.1", "weight_decay: 0.01 -> 0.1"),
+    ("--warmup-fraction", "0.2", "warmup_fraction: 0.05 -> 0.2"), ("--grad-clip", "0", "grad_clip: 1.0 -> 0.0")])
+def test_a_resume_with_other_optimizer_settings_is_refused_before_spark(tmp_path, capsys, no_spark_starts, option,
+                                                                        value, difference):
+    """The checkpoint's optimizer state and schedule are that run's: another rate, decay, warm-up or clipping would
+    go on along a schedule neither run has; a new run from its weights (--init-from) can take other settings."""
+    output_dir = tmp_path / "run"
+    checkpoint_of(output_dir, 20, TRAIN)
+    assert launch.main([*TRAIN, "--output-dir", str(output_dir), option, value]) == 1
+    assert the_error(capsys) == (f"error: {output_dir} holds the checkpoints of another run ({difference}): give this "
+                                 "run its own --output-dir (--init-from that folder starts it from those weights), "
+                                 "train with that run's settings to continue it, or --no-resume to start over there")
+    assert not (output_dir / "staging").exists()

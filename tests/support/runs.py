@@ -10,6 +10,7 @@ from distributed_training.task_interface import load_task
 
 FARE = "distributed_training.tasks.fare_regression"
 LANGUAGE = "distributed_training.tasks.causal_lm"
+DROPOUT_FARES = "support.dropout_fares"  # draws random numbers at every training step
 
 
 def resolved_config(output_dir, task: str = FARE, **overrides) -> Config:

@@ -19,7 +19,7 @@ from distributed_training.training.checkpoints import Checkpoints, complete_step
 from distributed_training.training.loop import NonFiniteLoss, ShuffledBatches, adamw, train, warmup_then_cosine
 from distributed_training.training.strategy import DataParallel, checkpoint_weights
 
-from support.runs import FARE, LANGUAGE, resolved_config, staged
+from support.runs import DROPOUT_FARES, FARE, LANGUAGE, resolved_config, staged
 
 IDENTITY = {"source": "test", "world_size": 1}
 
@@ -199,7 +199,7 @@ def final_weights(output_dir) -> dict:
     return checkpoint_weights(str(output_dir / "checkpoints"), tag_of(steps[0]))
 
 
-@pytest.mark.parametrize("task", [FARE, LANGUAGE])
+@pytest.mark.parametrize("task", [FARE, LANGUAGE, DROPOUT_FARES])  # the last: its random generators resume too
 def test_a_run_killed_mid_epoch_between_step_checkpoints_ends_where_an_uninterrupted_one_does(
         spark, tmp_path, single_process, task, monkeypatch):
     config, _ = staged(spark, resolved_config(tmp_path / "whole", task, processes=1, epochs=3, grad_accumulation=2,

@@ -1,13 +1,8 @@
-"""Checkpoints after any optimizer step that a rerun can trust, and the resume from the newest one.
-
-    checkpoints/step-00001200/state.pt        the training state (DeepSpeed's files, or FSDP2's DCP: a shard per rank)
-    checkpoints/step-00001200/rng-rank0.pt    each rank's random number generators' states
-    checkpoints/step-00001200/complete.json   written last by rank 0 once all ranks saved: step, run identity, progress
-
-Only a checkpoint marked complete counts, every file is renamed into place, and one that does not load is skipped
-with a warning: a run killed mid-save leaves nothing a resume would take for whole. A resumed run ends where an
-uninterrupted one would, even mid-epoch (the data order depends only on seed, rank and epoch). A resume needs the
-checkpoint's run identity: what changes the math or the data order, not logging, cadence or length."""
+"""Checkpoints after any optimizer step that a rerun can trust, and the resume from the newest one: step-NNNNNNNN/
+holds state.pt (DeepSpeed's files, FSDP2's shards), each rank's random generators (rng-rankR.pt), and, written last by
+rank 0 once all ranks saved, complete.json (step, run identity, progress). Only a checkpoint marked complete counts,
+and one that does not load is skipped with a warning. A resumed run ends where an uninterrupted one would, even
+mid-epoch; it needs the checkpoint's run identity: what changes the math or the data order, not logging or length."""
 
 import json
 import os
@@ -19,6 +14,7 @@ from dataclasses import asdict
 
 from ..config import CHECKPOINTS_DIR, placement
 from ..files import write_atomically, write_json
+from ..run_folder import finished_metrics
 
 MARKER = "complete.json"
 TAG = re.compile(r"^step-(\d+)$")
@@ -69,15 +65,27 @@ def complete_steps(directory: str) -> list[int]:
 
 def options_identity(config) -> dict:
     """The part of a run's identity that its options decide (JSON types: compared after a round trip)."""
+    # the optimizer's settings too: a resume with others would go on along a schedule neither run has
     return {"task": config.task, "task_options": json.loads(json.dumps(asdict(config.task_options))),
             "engine": config.engine, "parallelism": config.parallelism, "seed": config.seed,
-            "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation}
+            "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation,
+            "learning_rate": config.learning_rate, "weight_decay": config.weight_decay,
+            "warmup_fraction": config.warmup_fraction, "grad_clip": config.grad_clip}
 
 
 def refusal_to_resume(config) -> str | None:
-    """Why this run cannot resume the newest checkpoint in its folder, as far as the config tells (the source and the
-    processes where they are known; the data's rows once it is staged); None when it can, or has nothing to resume."""
+    """Why this run cannot resume its folder's newest checkpoint, or start from --init-from's, as far as the config and
+    the markers tell (the source and processes where known; the rows once staged); None when it can."""
     steps = complete_steps(config.checkpoint_dir) if config.resume else []
+    if config.init_from and not steps:
+        try:
+            directory, tag = named_checkpoint(config.init_from)
+        except CheckpointFolderError as error:
+            return str(error)
+        task = ((read_marker(directory, tag) or {}).get("run_identity") or {}).get("task", config.task)
+        return None if task == config.task else (
+            f"--init-from {os.path.join(directory, tag)} is a checkpoint of the task {task}, not {config.task}: give "
+            f"a checkpoint of a {config.task} run, or train that task (--task {task})")
     marker = read_marker(config.checkpoint_dir, tag_of(steps[0])) if steps else None
     if marker is None:
         return None
@@ -87,10 +95,33 @@ def refusal_to_resume(config) -> str | None:
     if config.local or config.processes or config.gpus_per_node is not None:  # else the driver's GPUs decide
         ours["world_size"] = placement(config).world_size
     theirs = {name: theirs.get(name) for name in ours} if isinstance(theirs, dict) else theirs
-    differences = _differences(theirs, ours)
-    return None if not differences else (f"{config.output_dir} holds the checkpoints of another run ({differences}): "
-                                         "give this run its own --output-dir, train with that run's settings to "
-                                         "continue it, or --no-resume to start over there")
+    if differences := _differences(theirs, ours):
+        return (f"{config.output_dir} holds the checkpoints of another run ({differences}): give this run its own "
+                "--output-dir (--init-from that folder starts it from those weights), train with that run's settings "
+                "to continue it, or --no-resume to start over there")
+    if config.max_steps and config.max_steps < marker.get("step", 0) and finished_metrics(
+            config.output_dir, config.engine, config.task, config.epochs, config.max_steps) is None:
+        return (f"--max-steps {config.max_steps} is below the {marker['step']} steps the run in {config.output_dir} "
+                "took already: give a larger --max-steps, or a new --output-dir")
+
+
+
+class DamagedCheckpoint(ValueError):
+    def __init__(self, path: str, problem: str):
+        directory, tag = os.path.split(path if TAG.match(os.path.basename(path)) else os.path.dirname(path))
+        earlier = [os.path.join(directory, tag_of(step)) for step in complete_steps(directory) if step < step_of(tag)]
+        super().__init__(f"{path} {problem}: " + (f"take the checkpoint before it, {earlier[0]}" if earlier else
+                                                  "no complete checkpoint comes before it: start fresh"))
+
+
+def read_checkpoint_file(path: str, read=None, **load_options):
+    import torch
+
+    try:
+        return read(path) if read else torch.load(path, **load_options)
+    except Exception as error:
+        raise DamagedCheckpoint(path, "is missing" if not os.path.exists(path) else "is empty" if not
+                                os.path.getsize(path) else "is cut short or overwritten") from error
 
 
 class CheckpointFolderError(OSError):
@@ -145,8 +176,8 @@ class Checkpoints:
         fix = "start from its weights alone (--init-mode weights), or train with the settings that run had"
         marker = self._load_newest(strategy, directory, [step_of(tag)], f"--init-from {directory}: starting from", fix)
         if marker is None:
-            raise RuntimeError(f"--init-from: the checkpoint {os.path.join(directory, tag)} does not load on every "
-                               "rank: give another checkpoint of that run")
+            raise DamagedCheckpoint(os.path.join(directory, tag), "does not load on every rank (the warnings above "
+                                    "say why), so --init-from cannot start from it")
         return marker
 
     def _load_newest(self, strategy, directory: str, steps: list[int], doing: str, fix: str) -> dict | None:
@@ -174,8 +205,9 @@ class Checkpoints:
                 restore_random_states(generators)
             return True
         except Exception as error:  # a truncated zip, a bad pickle, a missing shard: all mean "not this one"
-            print(f"warning: rank {self.process.rank} cannot load {os.path.join(directory, tag)}: "
-                  f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", flush=True)
+            why = str(error) if isinstance(error, DamagedCheckpoint) else (
+                f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}")
+            print(f"warning: rank {self.process.rank} cannot load {os.path.join(directory, tag)}: {why}", flush=True)
             return False
 
     def _drop_old(self) -> None:
@@ -201,7 +233,7 @@ def restore_random_states(path: str) -> None:
     import numpy
     import torch
 
-    states = torch.load(path, weights_only=False)  # Python's and numpy's states are tuples of plain values
+    states = read_checkpoint_file(path, weights_only=False)  # Python's and numpy's states are tuples of plain values
     random.setstate(states["python"])
     numpy.random.set_state(states["numpy"])
     torch.set_rng_state(states["torch"])

@@ -1,8 +1,6 @@
-"""How gradients are made and applied behind one small object, which the loop uses alike for DDP, FSDP2 or DeepSpeed:
-`prepare` wraps the model, each micro-batch of a window runs in `micro_batch` (forward under `autocast`, `backward`),
-`step` clips and updates once per window, and every rank calls `save` and `load` (checkpoints); see loop.update.
-Mixed precision is autocast (DeepSpeed: fp32 master weights in its optimizer). A checkpoint holds the plain model's
-weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile)."""
+"""How gradients are made and applied behind one small object, the same to the loop for DDP, FSDP2 or DeepSpeed (see
+loop.update). Mixed precision is autocast (DeepSpeed: fp32 master weights in its optimizer). A checkpoint holds the
+plain model's weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile)."""
 
 import contextlib
 import os
@@ -21,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from ..files import write_atomically
+from .checkpoints import DamagedCheckpoint, read_checkpoint_file
 from .distributed import Process
 
 HALF_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -39,8 +38,7 @@ class Strategy:
                               enabled=self.precision != "fp32")
 
     def follow_schedule(self) -> None:
-        """Set the rate of the step reached by this run's schedule: after a resume, a run longer than the one that
-        saved the checkpoint takes its own rate from the next update on (the optimizer's state holds the shorter's)."""
+        """After a resume: this run's rate at the step reached (the optimizer's state has the saved run's)."""
         for group, base, multiplier in zip(self.scheduler.optimizer.param_groups, self.scheduler.base_lrs,
                                            self.scheduler.lr_lambdas):
             group["lr"] = base * multiplier(self.scheduler.last_epoch)
@@ -99,22 +97,20 @@ class DataParallel(Strategy):
             write_atomically(os.path.join(directory, tag, STATE_FILE), lambda file: torch.save(state, file))
 
     def load(self, directory: str, tag: str) -> None:
-        state = torch.load(os.path.join(directory, tag, STATE_FILE), map_location=self.process.device,
-                           weights_only=True)
+        state = read_checkpoint_file(os.path.join(directory, tag, STATE_FILE), map_location=self.process.device,
+                                     weights_only=True)
         unwrapped(self.module).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The whole model's weights, float32 on the CPU (every rank calls it)."""
+    def full_state_dict(self) -> dict[str, torch.Tensor]:  # float32 on the CPU (every rank calls it)
         return {name: value.detach().float().cpu() for name, value in unwrapped(self.module).state_dict().items()}
 
 
 class FullyShardedDataParallel(DataParallel):
-    """FSDP2 (fully_shard): each rank keeps a slice of every fp32 weight, gradient and optimizer state. Each block of
-    the model's ModuleLists (a transformer's layers) is a unit gathered in 16-bit where mixed precision is on, just
-    before it runs; the rest (embeddings, tied or not, heads) is the root's. Checkpoints are DCP: a shard per rank."""
+    """FSDP2 (fully_shard): each rank keeps a slice of every fp32 weight, gradient and optimizer state; each block of
+    the model's ModuleLists is a unit (gathered in 16-bit under mixed precision), the rest the root's."""
 
     scaler_type = ShardedGradScaler
 
@@ -146,6 +142,7 @@ class FullyShardedDataParallel(DataParallel):
         dcp.save(self._state(), checkpoint_id=os.path.join(directory, tag))
 
     def load(self, directory: str, tag: str) -> None:
+        sharded_metadata(os.path.join(directory, tag))
         state = self._state()  # what to read, and where: DCP loads into it
         try:
             dcp.load(state, checkpoint_id=os.path.join(directory, tag))
@@ -204,10 +201,8 @@ class DeepSpeed(Strategy):
             raise FileNotFoundError(f"DeepSpeed found no checkpoint {tag} in {directory}")
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        if self.model.zero_optimization_partition_weights():  # ZeRO 3: every rank holds a slice of each weight
-            state = self.model._zero3_consolidated_16bit_state_dict() or {}
-        else:
-            state = unwrapped(self.module).state_dict()
+        state = ((self.model._zero3_consolidated_16bit_state_dict() or {})  # ZeRO 3: each rank holds a slice of each
+                 if self.model.zero_optimization_partition_weights() else unwrapped(self.module).state_dict())
         return {name: value.detach().float().cpu() for name, value in state.items()}
 
 
@@ -216,16 +211,30 @@ def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "_orig_mod", model)
 
 
+def sharded_metadata(folder: str):
+    """FSDP2's checkpoint's metadata, once it covers every tensor whole (DCP would leave a gap as it was)."""
+    metadata = read_checkpoint_file(os.path.join(folder, ".metadata"),
+                                    lambda _: dcp.FileSystemReader(folder).read_metadata())
+    for name, item in metadata.state_dict_metadata.items():
+        if hasattr(item, "chunks") and sum(chunk.sizes.numel() for chunk in item.chunks) < item.size.numel():
+            raise DamagedCheckpoint(f"{folder}/.metadata", f"lists only part of {name}: a rank's shards are missing")
+    return metadata
+
+
 def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
     """The model's float32 weights in a checkpoint any strategy wrote (--init-from reads them on every rank)."""
     state_file = os.path.join(directory, tag, STATE_FILE)
     if os.path.exists(state_file):
-        return torch.load(state_file, map_location="cpu", weights_only=True)["model"]
-    if os.path.exists(os.path.join(directory, tag, ".metadata")):  # FSDP2's: the weights' shards put together
-        reader = dcp.FileSystemReader(os.path.join(directory, tag))
+        return read_checkpoint_file(state_file, map_location="cpu", weights_only=True)["model"]
+    folder = os.path.join(directory, tag)
+    if any(name == ".metadata" or name.endswith(".distcp") for name in os.listdir(folder)):  # FSDP2's shards
         weights = {name.removeprefix("model."): torch.empty(item.size, dtype=item.properties.dtype)
-                   for name, item in reader.read_metadata().state_dict_metadata.items() if name.startswith("model.")}
-        dcp.load({"model": weights}, storage_reader=reader, no_dist=True)  # each rank reads them on its own
+                   for name, item in sharded_metadata(folder).state_dict_metadata.items() if name.startswith("model.")}
+        try:  # each rank reads them on its own
+            dcp.load({"model": weights}, storage_reader=dcp.FileSystemReader(folder), no_dist=True)
+        except dcp.CheckpointException:
+            raise DamagedCheckpoint(folder, "has a shard that does not read (missing, cut short or overwritten)") \
+                from None
         return weights
     try:  # DeepSpeed's own layout: the weights rebuilt from its fp32 master copy, whatever the ZeRO stage
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
