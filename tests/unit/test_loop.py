@@ -115,6 +115,49 @@ def test_a_longer_budget_on_resume_continues_on_the_longer_schedule(spark, tmp_p
     assert rates[0] > 0.1 * config.learning_rate
 
 
+def test_a_raised_budget_lists_each_epoch_once_and_mlflow_keeps_one_meaning_a_key(spark, tmp_path, single_process,
+                                                                                  monkeypatch):
+    """--max-steps ends a run inside epoch 1; raised on a rerun, the run goes on to the end of epoch 2: metrics.json
+    lists each epoch once (epoch 1's whole record), MLflow's `epoch` names each once, `train_loss` has one value a
+    logged step (the window's; the epoch's mean is `epoch_train_loss`), and metrics.json has the step's time."""
+    import mlflow
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config, _ = staged(spark, resolved_config(tmp_path, FARE, processes=1, epochs=2, max_steps=3, tracking=True,
+                                              log_every_steps=1), world_size=1, rows=400)
+    first = train(config)
+    per_epoch = first["updates_per_epoch"]
+    assert first["step"] == 3 < per_epoch and [epoch["epoch"] for epoch in first["epochs"]] == [1]
+    resumed = train(dataclasses.replace(config, max_steps=None))
+    assert resumed["resumed_from_step"] == 3 and resumed["mlflow_run_id"] == first["mlflow_run_id"]
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert [(epoch["epoch"], epoch["step"]) for epoch in written["epochs"]] == [(1, per_epoch), (2, 2 * per_epoch)]
+    assert written["step_seconds"] > 0 and 0 <= written["data_wait_share"] < 1
+
+    client = mlflow.MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}")
+
+    def history(name):
+        return sorted((point.step, point.value) for point in client.get_metric_history(resumed["mlflow_run_id"], name))
+
+    assert [step for step, _ in history("train_loss")] == list(range(1, 2 * per_epoch + 1))
+    assert history("epoch") == [(per_epoch, 1.0), (2 * per_epoch, 2.0)]
+    epoch_losses = history("epoch_train_loss")  # step 3's too: the first run's last record
+    assert [step for step, _ in epoch_losses] == [3, per_epoch, 2 * per_epoch]
+    assert [value for _, value in epoch_losses[1:]] == pytest.approx([epoch["train_loss"] for epoch in
+                                                                      written["epochs"]], rel=1e-12)
+    assert [step for step, _ in history("learning_rate")] == list(range(1, 2 * per_epoch + 1))
+
+
+def test_the_progress_line_shows_the_share_of_a_step_spent_waiting_and_the_time_left():
+    plan = loop.Plan(epochs=2, updates_per_epoch=1000, updates=2000)
+    figures = {"loss": 0.5, "learning_rate": 1e-3, "grad_norm": None, "tokens_per_second": None,
+               "examples_per_second": 1000.0, "mfu": None, "step_seconds": 2.5, "data_wait_share": 0.125}
+    assert loop.progress_line(50, plan, 1, figures) == (  # 1950 steps left at 2.5 s: 4875 s
+        "step   50/2000  epoch 1  loss 0.5000  lr 1.00e-03  1,000 examples/s  2,500 ms a step (12.5% waiting for "
+        "data)  1:21:15 left")
+    assert loop.progress_line(2000, plan, 2, figures).endswith("  0:00:00 left")
+
+
 def test_weight_decay_falls_on_matrices_only():
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
     groups = adamw(model, 1e-3, 0.1).param_groups

@@ -54,13 +54,9 @@ class Tracker:
             else:
                 self.mlflow = mlflow
 
-    @property
-    def active(self) -> bool:
-        return self.mlflow is not None
-
     def start(self, params: dict, resumed_run_id: str | None) -> str | None:
         """Open the run (the one a checkpoint names, or the platform's, or a new one); the run id, or None."""
-        if not self.active:
+        if not self.mlflow:
             return None
         mlflow = self.mlflow
         if tracking_uri(self.config):
@@ -83,18 +79,18 @@ class Tracker:
 
     def log_step(self, step: int, figures: dict) -> None:
         """Numbers at the global step (MLflow's step axis), not waited for: a call to a workspace takes tens of ms."""
-        if self.active:
+        if self.mlflow:
             numbers = {name: float(value) for name, value in figures.items()
                        if name != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)}
             self.mlflow.log_metrics(numbers, step=step, synchronous=False)
 
     def log_file(self, path: str) -> None:
-        if self.active:
+        if self.mlflow:
             self._flush()
             self.mlflow.log_artifact(path)
 
     def log_folder(self, path: str, name: str) -> None:
-        if self.active:
+        if self.mlflow:
             self._flush()
             self.mlflow.log_artifacts(path, name)
 
@@ -105,7 +101,7 @@ class Tracker:
 
     def log_model(self, model, example_input) -> None:
         """The trained model as the task exports it, with an input example (and so a signature)."""
-        if not self.active:
+        if not self.mlflow:
             return
         self._flush()
         registered = self.config.register_model
@@ -117,9 +113,9 @@ class Tracker:
         self.log(f"MLflow: model logged as {info.model_uri}" + (f", registered as {registered}" if registered else ""))
 
     def finish(self, succeeded: bool) -> None:
-        if self.active:
+        if self.mlflow:
             self._flush()  # before the run ends
-        if self.active and self.mlflow.active_run() is not None:
+        if self.mlflow and self.mlflow.active_run() is not None:
             self.mlflow.end_run(status="FINISHED" if succeeded else "FAILED")
         if self.owns_tracking_uri:
             self.mlflow.set_tracking_uri(None)
