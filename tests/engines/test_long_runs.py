@@ -24,6 +24,10 @@ def test_a_run_of_twelve_steps_reports_every_three_and_checkpoints_every_five(tm
     completed = train_command(output, "torch_distributor", LANGUAGE, "--model-size", "tiny", "--max-steps", "12",
                               "--checkpoint-every-steps", "5", "--log-every-steps", "3", "--keep-checkpoints", "5")
     assert completed.returncode == 0, output_of(completed)
+    noise = ("log4j profile", "NativeCodeLoader", "Setting default log level", "Setting OMP_NUM_THREADS",
+             "Saving pytorch model by Pickle")  # lines a user can do nothing about
+    lines = (completed.stdout + completed.stderr).splitlines()
+    assert not [line for line in lines if any(words in line for words in noise)]
 
     reports = PROGRESS.findall(completed.stdout)
     assert [int(report[0]) for report in reports] == [3, 6, 9, 12], completed.stdout[-3000:]

@@ -150,7 +150,7 @@ def test_a_raised_budget_lists_each_epoch_once_and_mlflow_keeps_one_meaning_a_ke
 
 def test_the_progress_line_shows_the_share_of_a_step_spent_waiting_and_the_time_left():
     plan = loop.Plan(epochs=2, updates_per_epoch=1000, updates=2000)
-    figures = {"loss": 0.5, "learning_rate": 1e-3, "grad_norm": None, "tokens_per_second": None,
+    figures = {"train_loss": 0.5, "learning_rate": 1e-3, "grad_norm": None, "tokens_per_second": None,
                "examples_per_second": 1000.0, "mfu": None, "step_seconds": 2.5, "data_wait_share": 0.125}
     assert loop.progress_line(50, plan, 1, figures) == (  # 1950 steps left at 2.5 s: 4875 s
         "step   50/2000  epoch 1  loss 0.5000  lr 1.00e-03  1,000 examples/s  2,500 ms a step (12.5% waiting for "
@@ -231,6 +231,21 @@ def test_a_checkpoint_of_another_run_is_refused_with_the_fix(tmp_path, single_pr
     other = Checkpoints(str(tmp_path), single_process, keep=1, run_identity={**IDENTITY, "world_size": 4})
     with pytest.raises(RuntimeError, match="belongs to another run.*--no-resume"):
         other.resume(strategy_with_weights(single_process, 0.0))
+
+
+def test_a_sharded_checkpoint_s_weights_are_read_without_dcp_s_single_process_warning(tmp_path):
+    """--init-from an FSDP2 run: each rank reads the weights on its own (no_dist), which dcp would warn of in every
+    such run; other warnings still show."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with pytest.warns(UserWarning, match="assuming the intent is to save in a single process"):  # what is hidden
+        dcp.save({"model": {"weight": torch.full((2, 3), 7.0)}}, checkpoint_id=str(tmp_path / tag_of(1)), no_dist=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        weights = checkpoint_weights(str(tmp_path), tag_of(1))
+    assert set(weights) == {"weight"} and torch.equal(weights["weight"], torch.full((2, 3), 7.0))
 
 
 class Interrupted(Exception):
@@ -330,7 +345,8 @@ def test_two_local_runs_in_one_process_track_into_their_own_folders(spark, tmp_p
 
 
 def test_the_logged_model_pins_what_loading_it_imports_and_every_step_metric_is_written(spark, tmp_path,
-                                                                                        single_process, monkeypatch):
+                                                                                        single_process, monkeypatch,
+                                                                                        capfd):
     """The requirements are named, not inferred by MLflow in a subprocess: torch (without a local label such as
     +cpu, as pip installs it), the pickler, and the distribution that defines the model's class (this tool's
     FarePredictor); the model loads back and predicts; the buffered step metrics are all written by the run's end."""
@@ -345,7 +361,9 @@ def test_the_logged_model_pins_what_loading_it_imports_and_every_step_metric_is_
         raise AssertionError("MLflow was left to infer the model's requirements")
 
     monkeypatch.setattr(mlflow.models, "infer_pip_requirements", inferred)
+    capfd.readouterr()
     metrics = train(config)
+    assert "Saving pytorch model by Pickle" not in capfd.readouterr().err  # pickled on purpose: no notice of it
     mlflow.set_tracking_uri(f"file:{tmp_path / 'mlruns'}")
     run = mlflow.get_run(metrics["mlflow_run_id"])
     (model,) = mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list")

@@ -63,8 +63,8 @@ def test_tokens_per_second_and_mfu_are_the_hand_counted_figures(monkeypatch, pro
     for _ in range(10):
         clock.now += 0.2
         # the loop's update gives the window's items over every rank; loss and examples are this rank's
-        meter.add(torch.tensor(8 * 64 * 2.0, dtype=torch.float64), torch.tensor(8 * 64 * processes, dtype=torch.float64),
-                  examples=8, data_seconds=0.01)
+        loss_sum, items = torch.tensor(8 * 64 * 2.0), torch.tensor(8 * 64 * processes, dtype=torch.float64)
+        meter.add(loss_sum.double(), items, examples=8, data_seconds=0.01)
     figures, _ = meter.report()
 
     tokens_per_second = 10 * 8 * 64 * processes / 2.0
@@ -72,7 +72,7 @@ def test_tokens_per_second_and_mfu_are_the_hand_counted_figures(monkeypatch, pro
     assert figures["examples_per_second"] == pytest.approx(10 * 8 * processes / 2.0, rel=1e-12)
     assert figures["mfu"] == pytest.approx(tokens_per_second * flops / (processes * 989.4e12), rel=1e-12)
     assert figures["mfu"] == pytest.approx(2560 * flops / 989.4e12, rel=1e-12)  # the same per GPU at any count
-    assert figures["loss"] == pytest.approx(2.0, rel=1e-12)
+    assert figures["train_loss"] == pytest.approx(2.0, rel=1e-12)
     assert figures["step_seconds"] == pytest.approx(0.2, rel=1e-12)
     assert figures["data_wait_share"] == pytest.approx(0.01 / 0.2, rel=1e-12)
 

@@ -263,7 +263,6 @@ STEP_METRICS = ("train_loss", "learning_rate", "grad_norm", "tokens_per_second",
 
 def progress_metrics(figures: dict) -> dict:
     """What MLflow records of a report window (nothing that is unknown here, such as MFU on CPU)."""
-    figures = {"train_loss": figures["loss"], **figures}
     return {name: figures[name] for name in STEP_METRICS if figures.get(name) is not None}
 
 
@@ -274,17 +273,14 @@ def epoch_metrics(record: dict, ended: bool) -> dict:
 
 
 def progress_line(step: int, plan: Plan, epoch: int, figures: dict) -> str:
-    parts = [f"step {step:>{len(str(plan.updates))}}/{plan.updates}", f"epoch {epoch}", f"loss {figures['loss']:.4f}",
-             f"lr {figures['learning_rate']:.2e}"]
-    if figures["grad_norm"] is not None:
-        parts.append(f"grad norm {figures['grad_norm']:.3f}")
+    parts = [f"step {step:>{len(str(plan.updates))}}/{plan.updates}", f"epoch {epoch}",
+             f"loss {figures['train_loss']:.4f}", f"lr {figures['learning_rate']:.2e}"]
+    parts += [f"grad norm {figures['grad_norm']:.3f}"] if figures["grad_norm"] is not None else []
     parts.append(f"{figures['tokens_per_second']:,.0f} tokens/s" if figures["tokens_per_second"] is not None else
                  f"{figures['examples_per_second']:,.0f} examples/s")
-    if figures["mfu"] is not None:
-        parts.append(f"MFU {figures['mfu']:.1%}")
+    parts += [f"MFU {figures['mfu']:.1%}"] if figures["mfu"] is not None else []
     parts.append(f"{figures['step_seconds'] * 1000:,.0f} ms a step ({figures['data_wait_share']:.1%} waiting for data)")
-    if "gpu_memory_gib" in figures:
-        parts.append(f"peak GPU memory {figures['gpu_memory_gib']:.1f} GiB")
+    parts += [f"peak GPU memory {figures['gpu_memory_gib']:.1f} GiB"] if "gpu_memory_gib" in figures else []
     minutes, seconds = divmod(round((plan.updates - step) * figures["step_seconds"]), 60)
     return "  ".join([*parts, f"{minutes // 60}:{minutes % 60:02}:{seconds:02} left"])
 

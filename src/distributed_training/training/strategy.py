@@ -6,6 +6,7 @@ weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile)."""
 
 import contextlib
 import os
+import warnings
 from datetime import timedelta
 from typing import Callable
 
@@ -225,7 +226,9 @@ def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
         reader = dcp.FileSystemReader(os.path.join(directory, tag))
         weights = {name.removeprefix("model."): torch.empty(item.size, dtype=item.properties.dtype)
                    for name, item in reader.read_metadata().state_dict_metadata.items() if name.startswith("model.")}
-        dcp.load({"model": weights}, storage_reader=reader, no_dist=True)  # each rank reads them on its own
+        with warnings.catch_warnings():  # each rank reads them on its own, as dcp warns that it assumes
+            warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized, assuming")
+            dcp.load({"model": weights}, storage_reader=reader, no_dist=True)
         return weights
     try:  # DeepSpeed's own layout: the weights rebuilt from its fp32 master copy, whatever the ZeRO stage
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint

@@ -34,11 +34,9 @@ def mfu(tokens_per_second: float, flops_per_token: float, gpus: int, peak_tflops
 
 
 def peak_tflops_of(device) -> float | None:
-    if device.type != "cuda":
-        return None
     import torch
 
-    peak = peak_of(torch.cuda.get_device_name(device))
+    peak = peak_of(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     return peak.tflops if peak else None
 
 
@@ -64,11 +62,9 @@ class StepMeter:
 
     def add(self, loss_sum, items, examples: int, data_seconds: float) -> None:
         """One update: this rank's summed loss, all ranks' items, this rank's examples and seconds waiting for data."""
-        self.loss_sum += loss_sum
-        self.items += items
-        self.examples += examples
+        self.loss_sum, self.items = self.loss_sum + loss_sum, self.items + items
+        self.examples, self.updates = self.examples + examples, self.updates + 1
         self.data_seconds += data_seconds
-        self.updates += 1
 
     @contextmanager
     def paused(self):
@@ -98,10 +94,9 @@ class StepMeter:
     def report(self) -> tuple[dict, dict]:
         """(The window since the last report: its loss and `figures`; what it settled), and a new window."""
         settled, window = self.settle(), self.window
-        figures = {"loss": window["loss_sum"] / window["items"] if window["items"] else float("nan"),
-                   "updates": window["updates"], **self.figures(window)}
         self.window = dict.fromkeys(self.FIELDS, 0.0)
-        return figures, settled
+        return {"train_loss": window["loss_sum"] / window["items"] if window["items"] else float("nan"),
+                **self.figures(window)}, settled
 
     def figures(self, sums: dict) -> dict:
         """Rates, a step's seconds and the share of them this rank waited for data (the ranks' mean)."""

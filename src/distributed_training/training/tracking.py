@@ -2,6 +2,7 @@
 epoch, at the global step) and the model; without MLflow the run says so once and trains on, untracked."""
 
 import importlib.metadata
+import logging
 import os
 
 from ..config import Config
@@ -53,6 +54,7 @@ class Tracker:
                     "(it is part of Databricks Runtime ML) to record params, metrics and the model")
             else:
                 self.mlflow = mlflow
+                logging.getLogger("mlflow.pytorch").addFilter(not_the_pickle_notice)
 
     def start(self, params: dict, resumed_run_id: str | None) -> str | None:
         """Open the run (the one a checkpoint names, or the platform's, or a new one); the run id, or None."""
@@ -94,9 +96,9 @@ class Tracker:
             self._flush()
             self.mlflow.log_artifacts(path, name)
 
+    # What log_step left to the background, written: logging an artifact or a model reads the run back, and a local
+    # file store fails on a metric file still being written ("Metric ... is malformed").
     def _flush(self) -> None:
-        """What log_step left to the background, written: logging an artifact or a model reads the run back, and a
-        local file store fails on a metric file still being written ("Metric ... is malformed")."""
         self.mlflow.flush_async_logging()
 
     def log_model(self, model, example_input) -> None:
@@ -120,6 +122,13 @@ class Tracker:
         if self.owns_tracking_uri:
             self.mlflow.set_tracking_uri(None)
             self.owns_tracking_uri = False
+
+
+# mlflow.pytorch's notice, in every run off Databricks, that a pickled model runs code as it loads: the model is pickled
+# on purpose (it loads back as the task's module, for any batch size, where the pt2 format's exported program is traced
+# for the input example's shapes), and it is loaded from the run's own store.
+def not_the_pickle_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Saving pytorch model by Pickle or CloudPickle")
 
 
 def model_requirements(model) -> list[str]:
