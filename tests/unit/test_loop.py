@@ -248,6 +248,33 @@ def test_a_sharded_checkpoint_s_weights_are_read_without_dcp_s_single_process_wa
     assert set(weights) == {"weight"} and torch.equal(weights["weight"], torch.full((2, 3), 7.0))
 
 
+def test_a_rank_whose_held_out_share_ends_early_pads_without_counting_the_padding(spark, tmp_path, single_process,
+                                                                                  monkeypatch):
+    """Every rank runs as many evaluation batches as the longest share (a collective in each under ZeRO 3); a shorter
+    share repeats a batch as padding, which must not count. Two ranks of 520 rows (3 batches of 256) and 100 rows (1
+    batch, then 2 of padding) score what one process scores on the 620 rows."""
+    config, data = staged(spark, resolved_config(tmp_path, FARE, processes=1), world_size=1, rows=4000)
+    task = load_task(FARE)
+    held_out = task.examples(data.shard("test", 0, 1, require_rows=False), data.stats, config.task_options)
+    assert len(held_out[0]) >= 620 and loop.EVALUATION_BATCH == 256
+    torch.manual_seed(0)
+    strategy = sgd_strategy(single_process, task.build_model(data.stats, config.task_options))
+    whole = loop.evaluate(task, strategy, tuple(tensor[:620] for tensor in held_out), data.stats, single_process)
+    assert whole["test_rows"] == 620
+
+    passes, real_evaluate = [], task.evaluate
+    monkeypatch.setattr(task, "evaluate", lambda *arguments: (passes.append(1), real_evaluate(*arguments))[1])
+    monkeypatch.setattr(distributed, "max_over_ranks", lambda process, value: 3)  # the longer share's batches
+    shorter_share = {}
+    monkeypatch.setattr(distributed, "sum_dict_over_ranks", lambda process, sums: shorter_share.update(sums) or sums)
+    loop.evaluate(task, strategy, tuple(tensor[520:620] for tensor in held_out), data.stats, single_process)
+    assert len(passes) == 3 and shorter_share["rows"] == 100  # two passes of padding, not counted
+    monkeypatch.setattr(distributed, "sum_dict_over_ranks",
+                        lambda process, sums: {name: value + shorter_share[name] for name, value in sums.items()})
+    both = loop.evaluate(task, strategy, tuple(tensor[:520] for tensor in held_out), data.stats, single_process)
+    assert both["test_rows"] == 620 and both == pytest.approx(whole, rel=1e-6)  # float32 sums, other batches
+
+
 class Interrupted(Exception):
     pass
 
