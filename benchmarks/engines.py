@@ -266,8 +266,7 @@ def _finished(timings: tuple[float, float | None], output_dir: Path) -> CommandR
 
 def _timed(command: list[str], task: str, output_dir: Path) -> tuple[float, float | None]:
     """Run the command, its output into OUTPUT_DIR.log; its wall time, and when the loop opened its first epoch (the
-    line 'training <task> on ...'), in seconds from the start."""
-    first_step_line = f"training {task} on "
+    line 'Training <task module> with ...'), in seconds from the start."""
     log_file = output_dir.with_suffix(".log")
     log_file.parent.mkdir(parents=True, exist_ok=True)
     first_step = None
@@ -280,7 +279,7 @@ def _timed(command: list[str], task: str, output_dir: Path) -> tuple[float, floa
         watchdog.start()
         try:
             for line in process.stdout:
-                if first_step is None and first_step_line in line:
+                if first_step is None and line.startswith("Training ") and task in line:
                     first_step = time.perf_counter() - started
                 output.write(line)
             returncode = process.wait()

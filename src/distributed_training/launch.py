@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 import psutil
 
 from . import config as configuration
-from .config import Config, ConfigError
+from .config import Config, ConfigError, placement
 from .engines import LaunchError, TrainingRun, available, engine as engine_named
 from .run_folder import FolderInUse, announce_finished, held
 from .staging import TableError
@@ -74,6 +74,8 @@ def _run(config: Config) -> tuple[Config, TrainingRun | None]:
         if signal.getsignal(signal.SIGTERM) is _interrupt:
             signal.signal(signal.SIGINT, _interrupt)  # in place of the one a new SparkContext installs
         config = resolve(config, engine, spark)
+        if config.local:  # the cores shared out: torchrun's default, 1 thread a process, comes with a banner each run
+            os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // placement(config).world_size)))
         # the processes, now that the GPUs are known: before anything is staged
         if refusal := refusal_to_resume(config):
             raise ConfigError(refusal)
@@ -236,8 +238,8 @@ def _report(config: Config, result: TrainingRun, seconds: float) -> None:
         tokens = metrics["tokens_per_second"]
         speed = f"{tokens:,.0f} tokens/s" if tokens else f"{metrics['examples_per_second']:,.0f} examples/s"
         utilisation = f", MFU {metrics['mfu']:.1%}" if metrics["mfu"] is not None else ""
-        epochs = metrics["epochs"][-1]["epoch"]
-        lines.insert(2, f"  steps    {metrics['step']} in {epochs} epoch(s), {speed}{utilisation}")
+        lines.insert(2, f"  steps    {metrics['step']} in {metrics['epochs'][-1]['epoch']} epoch(s), {speed}"
+                        f"{utilisation}")
     if "model_dir" in metrics:
         lines.append(f"  model    {metrics['model_dir']}")
     lines.append(f"  time     {seconds:.1f} s")

@@ -131,7 +131,7 @@ def test_a_task_that_breaks_the_seam_in_training_fails_before_the_first_step(cas
     assert all(words in errors[0] for words in expected(case, path)), errors[0]
     assert "training failed in the worker processes" in errors[0] and "Traceback" not in errors[0]
     assert not (tmp_path / "run" / "metrics.json").exists()
-    assert f"training {case.module} on" not in output  # it failed before the first step
+    assert f"Training {case.module} with" not in output  # it failed before the first step
 
 
 def test_help_lists_the_task_s_own_options(capsys):

@@ -115,6 +115,49 @@ def test_a_longer_budget_on_resume_continues_on_the_longer_schedule(spark, tmp_p
     assert rates[0] > 0.1 * config.learning_rate
 
 
+def test_a_raised_budget_lists_each_epoch_once_and_mlflow_keeps_one_meaning_a_key(spark, tmp_path, single_process,
+                                                                                  monkeypatch):
+    """--max-steps ends a run inside epoch 1; raised on a rerun, the run goes on to the end of epoch 2: metrics.json
+    lists each epoch once (epoch 1's whole record), MLflow's `epoch` names each once, `train_loss` has one value a
+    logged step (the window's; the epoch's mean is `epoch_train_loss`), and metrics.json has the step's time."""
+    import mlflow
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config, _ = staged(spark, resolved_config(tmp_path, FARE, processes=1, epochs=2, max_steps=3, tracking=True,
+                                              log_every_steps=1), world_size=1, rows=400)
+    first = train(config)
+    per_epoch = first["updates_per_epoch"]
+    assert first["step"] == 3 < per_epoch and [epoch["epoch"] for epoch in first["epochs"]] == [1]
+    resumed = train(dataclasses.replace(config, max_steps=None))
+    assert resumed["resumed_from_step"] == 3 and resumed["mlflow_run_id"] == first["mlflow_run_id"]
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert [(epoch["epoch"], epoch["step"]) for epoch in written["epochs"]] == [(1, per_epoch), (2, 2 * per_epoch)]
+    assert written["step_seconds"] > 0 and 0 <= written["data_wait_share"] < 1
+
+    client = mlflow.MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}")
+
+    def history(name):
+        return sorted((point.step, point.value) for point in client.get_metric_history(resumed["mlflow_run_id"], name))
+
+    assert [step for step, _ in history("train_loss")] == list(range(1, 2 * per_epoch + 1))
+    assert history("epoch") == [(per_epoch, 1.0), (2 * per_epoch, 2.0)]
+    epoch_losses = history("epoch_train_loss")  # step 3's too: the first run's last record
+    assert [step for step, _ in epoch_losses] == [3, per_epoch, 2 * per_epoch]
+    assert [value for _, value in epoch_losses[1:]] == pytest.approx([epoch["train_loss"] for epoch in
+                                                                      written["epochs"]], rel=1e-12)
+    assert [step for step, _ in history("learning_rate")] == list(range(1, 2 * per_epoch + 1))
+
+
+def test_the_progress_line_shows_the_share_of_a_step_spent_waiting_and_the_time_left():
+    plan = loop.Plan(epochs=2, updates_per_epoch=1000, updates=2000)
+    figures = {"train_loss": 0.5, "learning_rate": 1e-3, "grad_norm": None, "tokens_per_second": None,
+               "examples_per_second": 1000.0, "mfu": None, "step_seconds": 2.5, "data_wait_share": 0.125}
+    assert loop.progress_line(50, plan, 1, figures) == (  # 1950 steps left at 2.5 s: 4875 s
+        "step   50/2000  epoch 1  loss 0.5000  lr 1.00e-03  1,000 examples/s  2,500 ms a step (12.5% waiting for "
+        "data)  1:21:15 left")
+    assert loop.progress_line(2000, plan, 2, figures).endswith("  0:00:00 left")
+
+
 def test_weight_decay_falls_on_matrices_only():
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
     groups = adamw(model, 1e-3, 0.1).param_groups
@@ -188,6 +231,48 @@ def test_a_checkpoint_of_another_run_is_refused_with_the_fix(tmp_path, single_pr
     other = Checkpoints(str(tmp_path), single_process, keep=1, run_identity={**IDENTITY, "world_size": 4})
     with pytest.raises(RuntimeError, match="belongs to another run.*--no-resume"):
         other.resume(strategy_with_weights(single_process, 0.0))
+
+
+def test_a_sharded_checkpoint_s_weights_are_read_without_dcp_s_single_process_warning(tmp_path):
+    """--init-from an FSDP2 run: each rank reads the weights on its own (no_dist), which dcp would warn of in every
+    such run; other warnings still show."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with pytest.warns(UserWarning, match="assuming the intent is to save in a single process"):  # what is hidden
+        dcp.save({"model": {"weight": torch.full((2, 3), 7.0)}}, checkpoint_id=str(tmp_path / tag_of(1)), no_dist=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        weights = checkpoint_weights(str(tmp_path), tag_of(1))
+    assert set(weights) == {"weight"} and torch.equal(weights["weight"], torch.full((2, 3), 7.0))
+
+
+def test_a_rank_whose_held_out_share_ends_early_pads_without_counting_the_padding(spark, tmp_path, single_process,
+                                                                                  monkeypatch):
+    """Every rank runs as many evaluation batches as the longest share (a collective in each under ZeRO 3); a shorter
+    share repeats a batch as padding, which must not count. Two ranks of 520 rows (3 batches of 256) and 100 rows (1
+    batch, then 2 of padding) score what one process scores on the 620 rows."""
+    config, data = staged(spark, resolved_config(tmp_path, FARE, processes=1), world_size=1, rows=4000)
+    task = load_task(FARE)
+    held_out = task.examples(data.shard("test", 0, 1, require_rows=False), data.stats, config.task_options)
+    assert len(held_out[0]) >= 620 and loop.EVALUATION_BATCH == 256
+    torch.manual_seed(0)
+    strategy = sgd_strategy(single_process, task.build_model(data.stats, config.task_options))
+    whole = loop.evaluate(task, strategy, tuple(tensor[:620] for tensor in held_out), data.stats, single_process)
+    assert whole["test_rows"] == 620
+
+    passes, real_evaluate = [], task.evaluate
+    monkeypatch.setattr(task, "evaluate", lambda *arguments: (passes.append(1), real_evaluate(*arguments))[1])
+    monkeypatch.setattr(distributed, "max_over_ranks", lambda process, value: 3)  # the longer share's batches
+    shorter_share = {}
+    monkeypatch.setattr(distributed, "sum_dict_over_ranks", lambda process, sums: shorter_share.update(sums) or sums)
+    loop.evaluate(task, strategy, tuple(tensor[520:620] for tensor in held_out), data.stats, single_process)
+    assert len(passes) == 3 and shorter_share["rows"] == 100  # two passes of padding, not counted
+    monkeypatch.setattr(distributed, "sum_dict_over_ranks",
+                        lambda process, sums: {name: value + shorter_share[name] for name, value in sums.items()})
+    both = loop.evaluate(task, strategy, tuple(tensor[:520] for tensor in held_out), data.stats, single_process)
+    assert both["test_rows"] == 620 and both == pytest.approx(whole, rel=1e-6)  # float32 sums, other batches
 
 
 class Interrupted(Exception):
@@ -287,7 +372,8 @@ def test_two_local_runs_in_one_process_track_into_their_own_folders(spark, tmp_p
 
 
 def test_the_logged_model_pins_what_loading_it_imports_and_every_step_metric_is_written(spark, tmp_path,
-                                                                                        single_process, monkeypatch):
+                                                                                        single_process, monkeypatch,
+                                                                                        capfd):
     """The requirements are named, not inferred by MLflow in a subprocess: torch (without a local label such as
     +cpu, as pip installs it), the pickler, and the distribution that defines the model's class (this tool's
     FarePredictor); the model loads back and predicts; the buffered step metrics are all written by the run's end."""
@@ -302,7 +388,9 @@ def test_the_logged_model_pins_what_loading_it_imports_and_every_step_metric_is_
         raise AssertionError("MLflow was left to infer the model's requirements")
 
     monkeypatch.setattr(mlflow.models, "infer_pip_requirements", inferred)
+    capfd.readouterr()
     metrics = train(config)
+    assert "Saving pytorch model by Pickle" not in capfd.readouterr().err  # pickled on purpose: no notice of it
     mlflow.set_tracking_uri(f"file:{tmp_path / 'mlruns'}")
     run = mlflow.get_run(metrics["mlflow_run_id"])
     (model,) = mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list")

@@ -106,9 +106,9 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
         totals = epoch_totals or dict.fromkeys(("loss_sum", "items", "examples", "seconds"), 0.0)
         epoch_totals = {name: total + part[name] for name, total in totals.items()}  # JSON numbers: in checkpoints
 
-    log(f"training {config.task_name} on {process.world_size} process(es), {process.device.type}, {config.engine}, "
+    log(f"Training {config.task} with {config.engine} on {process.world_size} {process.device.type} process(es) in "
         f"{config.precision}: {per_rank} examples per rank, {plan.updates_per_epoch} optimizer steps per epoch, "
-        f"{plan.updates} in all ({plan.epochs} epoch(s)), steps {step + 1}..{plan.updates}")
+        f"{plan.updates} in all ({plan.epochs} epoch(s)); this run takes steps {step + 1} to {plan.updates}.")
     try:
         while step < plan.updates:
             epoch, first = plan.epoch_of(step), step % plan.updates_per_epoch
@@ -144,9 +144,11 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
                     if meter.updates and (end_of_epoch or save):  # the figures so far, checked, for a record or a save
                         settled(meter.settle())
                     if end_of_epoch or last:
+                        if history and history[-1]["epoch"] == epoch:  # a part of it, an earlier --max-steps' end
+                            history.pop()
                         history.append(epoch_record(task, strategy, held_out, data.stats, process, epoch, step,
                                                     epoch_totals, learning_rate))
-                        tracker.log_step(step, history[-1])
+                        tracker.log_step(step, epoch_metrics(history[-1], end_of_epoch))
                         log(f"epoch {epoch:>3}/{plan.epochs}  step {step}/{plan.updates}  train loss "
                             f"{history[-1]['train_loss']:.4f}  held-out loss {history[-1]['held_out_loss']:.4f} "
                             f"(trivial predictor: {history[-1]['baseline_loss']:.4f})  "
@@ -255,28 +257,32 @@ def epoch_record(task, strategy, held_out: tuple, stats: dict, process: distribu
             "examples_per_second": totals["examples"] / totals["seconds"], "learning_rate": learning_rate, **scores}
 
 
+STEP_METRICS = ("train_loss", "learning_rate", "grad_norm", "tokens_per_second", "examples_per_second", "mfu",
+                "step_seconds", "data_wait_share", "gpu_memory_gib")
+
+
 def progress_metrics(figures: dict) -> dict:
     """What MLflow records of a report window (nothing that is unknown here, such as MFU on CPU)."""
-    names = ("loss", "learning_rate", "grad_norm", "tokens_per_second", "examples_per_second", "mfu",
-             "step_seconds", "data_seconds_per_step", "gpu_memory_gib")
-    return {("train_loss" if name == "loss" else name): figures[name] for name in names
-            if figures.get(name) is not None}
+    return {name: figures[name] for name in STEP_METRICS if figures.get(name) is not None}
+
+
+def epoch_metrics(record: dict, ended: bool) -> dict:
+    """MLflow's names of an epoch's record: a step report's own names with `epoch_`; `epoch` once the epoch ended."""
+    return {f"epoch_{name}" if name in STEP_METRICS else name: value for name, value in record.items()
+            if ended or name != "epoch"}
 
 
 def progress_line(step: int, plan: Plan, epoch: int, figures: dict) -> str:
-    parts = [f"step {step:>{len(str(plan.updates))}}/{plan.updates}", f"epoch {epoch}", f"loss {figures['loss']:.4f}",
-             f"lr {figures['learning_rate']:.2e}"]
-    if figures["grad_norm"] is not None:
-        parts.append(f"grad norm {figures['grad_norm']:.3f}")
+    parts = [f"step {step:>{len(str(plan.updates))}}/{plan.updates}", f"epoch {epoch}",
+             f"loss {figures['train_loss']:.4f}", f"lr {figures['learning_rate']:.2e}"]
+    parts += [f"grad norm {figures['grad_norm']:.3f}"] if figures["grad_norm"] is not None else []
     parts.append(f"{figures['tokens_per_second']:,.0f} tokens/s" if figures["tokens_per_second"] is not None else
                  f"{figures['examples_per_second']:,.0f} examples/s")
-    if figures["mfu"] is not None:
-        parts.append(f"MFU {figures['mfu']:.1%}")
-    parts.append(f"{figures['step_seconds'] * 1000:,.0f} ms a step ({figures['data_seconds_per_step'] * 1000:,.1f} "
-                 "ms waiting for data)")
-    if "gpu_memory_gib" in figures:
-        parts.append(f"peak GPU memory {figures['gpu_memory_gib']:.1f} GiB")
-    return "  ".join(parts)
+    parts += [f"MFU {figures['mfu']:.1%}"] if figures["mfu"] is not None else []
+    parts.append(f"{figures['step_seconds'] * 1000:,.0f} ms a step ({figures['data_wait_share']:.1%} waiting for data)")
+    parts += [f"peak GPU memory {figures['gpu_memory_gib']:.1f} GiB"] if "gpu_memory_gib" in figures else []
+    minutes, seconds = divmod(round((plan.updates - step) * figures["step_seconds"]), 60)
+    return "  ".join([*parts, f"{minutes // 60}:{minutes % 60:02}:{seconds:02} left"])
 
 
 def load_weights(model: torch.nn.Module, weights: dict, source: str) -> None:

@@ -4,6 +4,7 @@ plain model's weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile).
 
 import contextlib
 import os
+import warnings
 from datetime import timedelta
 from typing import Callable
 
@@ -230,8 +231,10 @@ def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
     if any(name == ".metadata" or name.endswith(".distcp") for name in os.listdir(folder)):  # FSDP2's shards
         weights = {name.removeprefix("model."): torch.empty(item.size, dtype=item.properties.dtype)
                    for name, item in sharded_metadata(folder).state_dict_metadata.items() if name.startswith("model.")}
-        try:  # each rank reads them on its own
-            dcp.load({"model": weights}, storage_reader=dcp.FileSystemReader(folder), no_dist=True)
+        try:  # each rank reads them on its own, as dcp warns that it assumes
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized, assuming")
+                dcp.load({"model": weights}, storage_reader=dcp.FileSystemReader(folder), no_dist=True)
         except dcp.CheckpointException:
             raise DamagedCheckpoint(folder, "has a shard that does not read (missing, cut short or overwritten)") \
                 from None

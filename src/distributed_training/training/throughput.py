@@ -34,19 +34,17 @@ def mfu(tokens_per_second: float, flops_per_token: float, gpus: int, peak_tflops
 
 
 def peak_tflops_of(device) -> float | None:
-    if device.type != "cuda":
-        return None
     import torch
 
-    peak = peak_of(torch.cuda.get_device_name(device))
+    peak = peak_of(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     return peak.tflops if peak else None
 
 
 class StepMeter:
     """What the updates cost: items (tokens, or examples), examples, loss summed over items, training seconds and those
     spent waiting for data, on the device until `settle()` (every rank calls it) sums them over the ranks. `report()`:
-    rates since the last report; `settle()`: an epoch's or a checkpoint's totals, leaving the report's window whole;
-    `totals()`: the run's rates past its first settlement (the warm-up), or the first's if it is the only one."""
+    the window since the last report; `settle()`: an epoch's or a checkpoint's totals, the report's window left whole;
+    `totals()`: the run's figures past its first settlement (the warm-up), or the first's if it is the only one."""
 
     FIELDS = ("loss_sum", "items", "examples", "data_seconds", "updates", "seconds")
 
@@ -59,36 +57,30 @@ class StepMeter:
         self.loss_sum, self.items, self.examples, self.data_seconds, self.updates = self.zero(), self.zero(), 0, 0.0, 0
         self.window = dict.fromkeys(self.FIELDS, 0.0)
         self.settlements: list[dict] = []
-        self.settled_at = self.window_started = time.perf_counter()
+        self.settled_at = time.perf_counter()
         self.paused_at: float | None = None
 
     def add(self, loss_sum, items, examples: int, data_seconds: float) -> None:
         """One update: this rank's summed loss, all ranks' items, this rank's examples and seconds waiting for data."""
-        self.loss_sum += loss_sum
-        self.items += items
-        self.examples += examples
+        self.loss_sum, self.items = self.loss_sum + loss_sum, self.items + items
+        self.examples, self.updates = self.examples + examples, self.updates + 1
         self.data_seconds += data_seconds
-        self.updates += 1
 
     @contextmanager
     def paused(self):
-        """Time spent on something else than training (an evaluation, a checkpoint) counts in neither span."""
+        """Time spent on something else than training (an evaluation, a checkpoint) counts in no settlement."""
         self.paused_at = time.perf_counter()
         try:
             yield
         finally:
             stopped, self.paused_at = time.perf_counter() - self.paused_at, None
             self.settled_at += stopped
-            self.window_started += stopped
-
-    def _now(self) -> float:
-        return self.paused_at if self.paused_at is not None else time.perf_counter()
 
     def settle(self) -> dict:
         """The updates since the last settlement: sums over the ranks, but `updates` and `seconds` are this rank's."""
         from . import distributed
 
-        now = self._now()
+        now = self.paused_at if self.paused_at is not None else time.perf_counter()
         loss_sum, examples, data_seconds = distributed.sum_over_ranks(
             self.process, float(self.loss_sum), float(self.examples), self.data_seconds)
         settled = {"loss_sum": loss_sum, "items": float(self.items), "examples": examples,  # items: over all already
@@ -100,26 +92,24 @@ class StepMeter:
         return settled
 
     def report(self) -> tuple[dict, dict]:
-        """(The window since the last report: its loss, rates and step time; what it settled), and a new window."""
-        settled = self.settle()
-        window, seconds = self.window, self._now() - self.window_started
-        updates = max(window["updates"], 1)
-        figures = {"loss": window["loss_sum"] / window["items"] if window["items"] else float("nan"),
-                   "updates": window["updates"], "step_seconds": seconds / updates,
-                   "data_seconds_per_step": window["data_seconds"] / self.process.world_size / updates,
-                   **self.rates(window["items"], window["examples"], seconds)}
+        """(The window since the last report: its loss and `figures`; what it settled), and a new window."""
+        settled, window = self.settle(), self.window
         self.window = dict.fromkeys(self.FIELDS, 0.0)
-        self.window_started = self._now()
-        return figures, settled
+        return {"train_loss": window["loss_sum"] / window["items"] if window["items"] else float("nan"),
+                **self.figures(window)}, settled
 
-    def rates(self, items: float, examples: float, seconds: float) -> dict:
-        per_second = items / seconds if seconds > 0 else float("nan")
-        figures = {"examples_per_second": examples / seconds if seconds > 0 else float("nan"),
-                   "tokens_per_second": per_second if self.counts_tokens else None, "mfu": None}
+    def figures(self, sums: dict) -> dict:
+        """Rates, a step's seconds and the share of them this rank waited for data (the ranks' mean)."""
+        seconds, updates = sums["seconds"], max(sums["updates"], 1)
+        per_second = sums["items"] / seconds if seconds > 0 else float("nan")
+        rates = {"examples_per_second": sums["examples"] / seconds if seconds > 0 else float("nan"),
+                   "tokens_per_second": per_second if self.counts_tokens else None, "mfu": None,
+                   "step_seconds": seconds / updates,
+                   "data_wait_share": sums["data_seconds"] / self.process.world_size / seconds if seconds > 0 else 0.0}
         if self.counts_tokens and self.flops_per_token and self.peak_tflops:
-            figures["mfu"] = mfu(per_second, self.flops_per_token, self.process.world_size, self.peak_tflops)
-        return figures
+            rates["mfu"] = mfu(per_second, self.flops_per_token, self.process.world_size, self.peak_tflops)
+        return rates
 
     def totals(self) -> dict:
         steady = self.settlements[1:] or self.settlements
-        return self.rates(*(sum(part[name] for part in steady) for name in ("items", "examples", "seconds")))
+        return self.figures({name: sum(part[name] for part in steady) for name in self.FIELDS})

@@ -2,6 +2,7 @@
 epoch, at the global step) and the model; without MLflow the run says so once and trains on, untracked."""
 
 import importlib.metadata
+import logging
 import os
 
 from ..config import Config
@@ -53,14 +54,11 @@ class Tracker:
                     "(it is part of Databricks Runtime ML) to record params, metrics and the model")
             else:
                 self.mlflow = mlflow
-
-    @property
-    def active(self) -> bool:
-        return self.mlflow is not None
+                logging.getLogger("mlflow.pytorch").addFilter(not_the_pickle_notice)
 
     def start(self, params: dict, resumed_run_id: str | None) -> str | None:
         """Open the run (the one a checkpoint names, or the platform's, or a new one); the run id, or None."""
-        if not self.active:
+        if not self.mlflow:
             return None
         mlflow = self.mlflow
         if tracking_uri(self.config):
@@ -83,29 +81,29 @@ class Tracker:
 
     def log_step(self, step: int, figures: dict) -> None:
         """Numbers at the global step (MLflow's step axis), not waited for: a call to a workspace takes tens of ms."""
-        if self.active:
+        if self.mlflow:
             numbers = {name: float(value) for name, value in figures.items()
                        if name != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)}
             self.mlflow.log_metrics(numbers, step=step, synchronous=False)
 
     def log_file(self, path: str) -> None:
-        if self.active:
+        if self.mlflow:
             self._flush()
             self.mlflow.log_artifact(path)
 
     def log_folder(self, path: str, name: str) -> None:
-        if self.active:
+        if self.mlflow:
             self._flush()
             self.mlflow.log_artifacts(path, name)
 
+    # What log_step left to the background, written: logging an artifact or a model reads the run back, and a local
+    # file store fails on a metric file still being written ("Metric ... is malformed").
     def _flush(self) -> None:
-        """What log_step left to the background, written: logging an artifact or a model reads the run back, and a
-        local file store fails on a metric file still being written ("Metric ... is malformed")."""
         self.mlflow.flush_async_logging()
 
     def log_model(self, model, example_input) -> None:
         """The trained model as the task exports it, with an input example (and so a signature)."""
-        if not self.active:
+        if not self.mlflow:
             return
         self._flush()
         registered = self.config.register_model
@@ -117,13 +115,20 @@ class Tracker:
         self.log(f"MLflow: model logged as {info.model_uri}" + (f", registered as {registered}" if registered else ""))
 
     def finish(self, succeeded: bool) -> None:
-        if self.active:
+        if self.mlflow:
             self._flush()  # before the run ends
-        if self.active and self.mlflow.active_run() is not None:
+        if self.mlflow and self.mlflow.active_run() is not None:
             self.mlflow.end_run(status="FINISHED" if succeeded else "FAILED")
         if self.owns_tracking_uri:
             self.mlflow.set_tracking_uri(None)
             self.owns_tracking_uri = False
+
+
+# mlflow.pytorch's notice, in every run off Databricks, that a pickled model runs code as it loads: the model is pickled
+# on purpose (it loads back as the task's module, for any batch size, where the pt2 format's exported program is traced
+# for the input example's shapes), and it is loaded from the run's own store.
+def not_the_pickle_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Saving pytorch model by Pickle or CloudPickle")
 
 
 def model_requirements(model) -> list[str]:
