@@ -76,9 +76,12 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
     if args.rows == "held-out" and args.table:
         raise ScoringError(f"--rows held-out scores the rows the run held out of its own table, but --table names "
                            f"{args.table}: drop one of them")
-    common = dict(run_dir=run_dir, engine=metrics.get("engine"), output=args.output_table or
-                  os.path.join(run_dir, "scores"), held_out=args.rows == "held-out", batch_size=args.batch_size,
-                  models_per_gpu=args.models_per_gpu)
+    output = args.output_table or os.path.join(run_dir, "scores")
+    if looks_like_path(output) and os.path.exists(output) and not os.path.isdir(output):
+        raise ScoringError(f"--output-table {output} is a file, and score replaces its output whole with a folder of "
+                           "parquet files: name a new path, or a folder of earlier scores")
+    common = dict(run_dir=run_dir, engine=metrics.get("engine"), output=output, held_out=args.rows == "held-out",
+                  batch_size=args.batch_size, models_per_gpu=args.models_per_gpu)
     if metrics.get("engine") == SPARK_ML_ENGINE:  # its own pipeline, whatever the project's task
         return Scoring(**common, task=SPARK_ML_ENGINE, options=None, stats=None, seed=metrics["seed"], source=None,
                        table=args.table or metrics["table"]), args.local

@@ -59,11 +59,19 @@ CASES = {
     "held-out-of-a-changed-table": (lambda root: finished_run(root / "run"), ["--rows", "held-out"], 1,
                                     ("changed since the run staged it (1 file(s), 0 bytes then)",
                                      "score --rows all")),
+    "output-is-a-users-file": (lambda root: users_file(root / "scores") and finished_run(root / "run"), [], 2,
+                               ("scores is a file, and score replaces its output whole", "name a new path")),
 }
 
 
+def users_file(path: Path) -> Path:
+    """A file of the user's where the scores would go: it must stay as it is, not be renamed aside."""
+    path.write_text("the user's own notes")
+    return path
+
+
 def test_the_matrix_covers_every_refusal():
-    assert len(CASES) == 8
+    assert len(CASES) == 9
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -81,11 +89,12 @@ def test_score_refuses_with_one_line_and_writes_nothing(name, tmp_path, spark, m
     run = make_run(tmp_path)
     options = [str(text_table) if option == "TEXT_TABLE" else option for option in options]
     output = tmp_path / "scores"
+    before = {path: path.read_bytes() for path in tmp_path.glob("scores*")}
 
     task = [] if "--task" in options else ["--task", FARE]
     assert scoring.main(["--model", str(run), *task, *options, "--output-table", str(output), "--local"]) == code
     error = capsys.readouterr().err
     assert error.startswith("error: ") and error.count("\n") == 1, error
     assert all(word in error for word in words), error
-    assert not list(tmp_path.glob("scores*")), "nothing written"
+    assert {path: path.read_bytes() for path in tmp_path.glob("scores*")} == before, "nothing written or moved"
     sys.modules.pop(NO_SCORE_TASK, None)
