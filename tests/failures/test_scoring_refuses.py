@@ -1,6 +1,6 @@
 """`score` with what cannot be scored: a folder without a finished run, a run of another task, a run without its
-model, a task without the scoring functions, an MLflow model that is not there, held-out rows of another table (exit
-2, before Spark starts); a table
+model or with one that does not load, a task without the scoring functions, an MLflow model that is not there,
+held-out rows of another table, an output that is a file (exit 2, before Spark starts); a table
 without the task's columns, held-out rows of a table changed since the run (exit 1, before any Spark job). Each
 case: one error line that names the problem and the fix, and no output written. The run folders are made by hand, as
 a finished run leaves them (no training needed to refuse them). The matrix is counted so it cannot shrink quietly."""
@@ -61,7 +61,26 @@ CASES = {
                                      "score --rows all")),
     "output-is-a-users-file": (lambda root: users_file(root / "scores") and finished_run(root / "run"), [], 2,
                                ("scores is a file, and score replaces its output whole", "name a new path")),
+    "model-cut-short": (lambda root: damaged_model(finished_run(root / "run"), cut=True), [], 2,
+                        ("run/model.pt does not load as the model of", "it is damaged, or another model's; train "
+                         "the run again")),
+    "model-of-another-task": (lambda root: damaged_model(finished_run(root / "run"), cut=False), [], 2,
+                              ("run/model.pt does not load as the model of", "Error(s) in loading state_dict",
+                               "train the run again")),
 }
+
+
+def damaged_model(run: Path, cut: bool) -> Path:
+    """The run's model.pt cut short (a copy stopped half way), or the weights of another task's model."""
+    import torch
+
+    model = run / "model.pt"
+    if cut:
+        model.write_bytes(model.read_bytes()[:model.stat().st_size // 2])
+    else:
+        language = load_task(LANGUAGE)
+        torch.save(language.build_model({}, language.Options()).state_dict(), model)
+    return run
 
 
 def users_file(path: Path) -> Path:
@@ -71,7 +90,7 @@ def users_file(path: Path) -> Path:
 
 
 def test_the_matrix_covers_every_refusal():
-    assert len(CASES) == 9
+    assert len(CASES) == 11
 
 
 @pytest.mark.parametrize("name", CASES)
