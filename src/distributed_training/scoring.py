@@ -76,9 +76,12 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
     if args.rows == "held-out" and args.table:
         raise ScoringError(f"--rows held-out scores the rows the run held out of its own table, but --table names "
                            f"{args.table}: drop one of them")
-    common = dict(run_dir=run_dir, engine=metrics.get("engine"), output=args.output_table or
-                  os.path.join(run_dir, "scores"), held_out=args.rows == "held-out", batch_size=args.batch_size,
-                  models_per_gpu=args.models_per_gpu)
+    output = args.output_table or os.path.join(run_dir, "scores")
+    if looks_like_path(output) and os.path.exists(output) and not os.path.isdir(output):
+        raise ScoringError(f"--output-table {output} is a file, and score replaces its output whole with a folder of "
+                           "parquet files: name a new path, or a folder of earlier scores")
+    common = dict(run_dir=run_dir, engine=metrics.get("engine"), output=output, held_out=args.rows == "held-out",
+                  batch_size=args.batch_size, models_per_gpu=args.models_per_gpu)
     if metrics.get("engine") == SPARK_ML_ENGINE:  # its own pipeline, whatever the project's task
         return Scoring(**common, task=SPARK_ML_ENGINE, options=None, stats=None, seed=metrics["seed"], source=None,
                        table=args.table or metrics["table"]), args.local
@@ -86,17 +89,23 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
     if staged.task != args.task:
         raise ScoringError(f"the run in {run_dir} trained the task {staged.task}, not {args.task}: score with that "
                            f"task's project (or --task {staged.task})")
-    if not os.path.exists(os.path.join(run_dir, MODEL_FILE)):
+    model = os.path.join(run_dir, MODEL_FILE)
+    if not os.path.exists(model):
         raise ScoringError(f"{run_dir} has no {MODEL_FILE}: an older version of the project trained it; train a new "
                            "run (another --output-dir) to score with")
     task = load_task(staged.task)
-    missing = [name for name in ("SCORES", "score") if not hasattr(task, name)]
-    if missing:
+    if missing := [name for name in ("SCORES", "score") if not hasattr(task, name)]:
         raise TaskError(f"the task module {staged.task} lacks {', '.join(missing)}, which scoring needs: see "
                         "task_interface.py")
-    return Scoring(**common, task=staged.task, options=task_options(task, staged.recipe["task_options"]),
-                   stats=staged.stats, seed=staged.recipe["seed"], table=args.table or staged.source,
-                   source=staged.recipe), args.local
+    options = task_options(task, staged.recipe["task_options"])
+    try:  # here, not first in a Spark job
+        _load(task, model, options, staged.stats, "cpu")
+    except Exception as error:  # torch's, in many shapes: a file cut short or overwritten, another model's weights
+        raise ScoringError(f"{model} does not load as the model of {staged.task} ({type(error).__name__}: "
+                           f"{str(error).strip().splitlines()[0]}): it is damaged, or another model's; train the run "
+                           "again (another --output-dir) to score with") from None
+    return Scoring(**common, task=staged.task, options=options, stats=staged.stats, seed=staged.recipe["seed"],
+                   table=args.table or staged.source, source=staged.recipe), args.local
 
 
 def run_folder_of(model: str) -> str:

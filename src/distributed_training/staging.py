@@ -1,8 +1,8 @@
 """Stage the training data with Spark (no torch): the task's rows, a seeded train/held-out split, the task's statistics,
 and one parquet file per process and split, in a folder every rank sees (a Unity Catalog volume on a cluster); a task
 with `tokenize` is tokenized here, once. A retry or a repair reuses data staged from the same source (a Delta table's
-version, else its files' names and sizes), task options, seed and processes. A changed source is staged again, unless
-the run has checkpoints to resume (trained on the old data): then it is refused, with the reason."""
+version, else its files' names, sizes and write times), task options, seed and processes. A changed source is staged
+again, unless the run has checkpoints to resume (trained on the old data): then it is refused, with the reason."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ def split(prepared, seed: int):
 
 
 def fingerprint(spark, source: str, table) -> dict:
-    """What changes when the source's data does: a Delta table's version; else its files' names and sizes."""
+    """A Delta table's version; else its files' names, and where this machine sees them, sizes and write times (a file
+    rewritten in place keeps its name, maybe its size)."""
     from pyspark.errors import PySparkException
 
     if not looks_like_path(source):
@@ -97,11 +98,13 @@ def fingerprint(spark, source: str, table) -> dict:
         except PySparkException:  # not a Delta table
             pass
     files = sorted(table.inputFiles())
-    # where this machine sees a file (local paths, /Volumes); -1 where not: its name changes when Spark rewrites it
-    paths = [re.sub(r"^(file|dbfs):/*", "/", name) for name in files]
-    sizes = [os.path.getsize(path) if os.path.isfile(path) else -1 for path in paths]
-    digest = hashlib.sha256("\n".join(f"{name} {size}" for name, size in zip(files, sizes)).encode()).hexdigest()
-    return {"of": f"{len(files)} file(s), {sum(sizes):,} bytes, listing {digest[:16]}"}
+    seen = [os.stat(path) if os.path.isfile(path) else None for path in
+            (re.sub(r"^(file|dbfs):/*", "/", name) for name in files)]
+    listing = "\n".join(f"{name} {file.st_size} {file.st_mtime_ns}" if file else name
+                        for name, file in zip(files, seen))
+    newest = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(max((file.st_mtime for file in seen if file), default=0)))
+    return {"of": f"{len(files)} file(s), {sum(file.st_size for file in seen if file):,} bytes, last written {newest} "
+                  f"UTC, listing {hashlib.sha256(listing.encode()).hexdigest()[:16]}"}
 
 
 def stage(spark, task, config: Config, world_size: int) -> StagedData:

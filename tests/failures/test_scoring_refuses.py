@@ -1,6 +1,6 @@
 """`score` with what cannot be scored: a folder without a finished run, a run of another task, a run without its
-model, a task without the scoring functions, an MLflow model that is not there, held-out rows of another table (exit
-2, before Spark starts); a table
+model or with one that does not load, a task without the scoring functions, an MLflow model that is not there,
+held-out rows of another table, an output that is a file (exit 2, before Spark starts); a table
 without the task's columns, held-out rows of a table changed since the run (exit 1, before any Spark job). Each
 case: one error line that names the problem and the fix, and no output written. The run folders are made by hand, as
 a finished run leaves them (no training needed to refuse them). The matrix is counted so it cannot shrink quietly."""
@@ -59,11 +59,38 @@ CASES = {
     "held-out-of-a-changed-table": (lambda root: finished_run(root / "run"), ["--rows", "held-out"], 1,
                                     ("changed since the run staged it (1 file(s), 0 bytes then)",
                                      "score --rows all")),
+    "output-is-a-users-file": (lambda root: users_file(root / "scores") and finished_run(root / "run"), [], 2,
+                               ("scores is a file, and score replaces its output whole", "name a new path")),
+    "model-cut-short": (lambda root: damaged_model(finished_run(root / "run"), cut=True), [], 2,
+                        ("run/model.pt does not load as the model of", "it is damaged, or another model's; train "
+                         "the run again")),
+    "model-of-another-task": (lambda root: damaged_model(finished_run(root / "run"), cut=False), [], 2,
+                              ("run/model.pt does not load as the model of", "Error(s) in loading state_dict",
+                               "train the run again")),
 }
 
 
+def damaged_model(run: Path, cut: bool) -> Path:
+    """The run's model.pt cut short (a copy stopped half way), or the weights of another task's model."""
+    import torch
+
+    model = run / "model.pt"
+    if cut:
+        model.write_bytes(model.read_bytes()[:model.stat().st_size // 2])
+    else:
+        language = load_task(LANGUAGE)
+        torch.save(language.build_model({}, language.Options()).state_dict(), model)
+    return run
+
+
+def users_file(path: Path) -> Path:
+    """A file of the user's where the scores would go: it must stay as it is, not be renamed aside."""
+    path.write_text("the user's own notes")
+    return path
+
+
 def test_the_matrix_covers_every_refusal():
-    assert len(CASES) == 8
+    assert len(CASES) == 11
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -81,11 +108,12 @@ def test_score_refuses_with_one_line_and_writes_nothing(name, tmp_path, spark, m
     run = make_run(tmp_path)
     options = [str(text_table) if option == "TEXT_TABLE" else option for option in options]
     output = tmp_path / "scores"
+    before = {path: path.read_bytes() for path in tmp_path.glob("scores*")}
 
     task = [] if "--task" in options else ["--task", FARE]
     assert scoring.main(["--model", str(run), *task, *options, "--output-table", str(output), "--local"]) == code
     error = capsys.readouterr().err
     assert error.startswith("error: ") and error.count("\n") == 1, error
     assert all(word in error for word in words), error
-    assert not list(tmp_path.glob("scores*")), "nothing written"
+    assert {path: path.read_bytes() for path in tmp_path.glob("scores*")} == before, "nothing written or moved"
     sys.modules.pop(NO_SCORE_TASK, None)

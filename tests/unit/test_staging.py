@@ -4,6 +4,7 @@ staged as uint16 ids, and each rank maps its share from one local copy."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -59,6 +60,73 @@ def test_a_rerun_uses_the_data_it_staged_and_spark_stages_nothing(spark, tmp_pat
     # Another number of processes, or another seed, is a different staging of the same table
     other, jobs = spark_jobs_of(spark, lambda: stage(spark, load_task(FARE), config, 3))
     assert jobs > 0 and other.files_per_split == 3 and other.staging_id != first.staging_id
+    reseeded = dataclasses.replace(config, seed=config.seed + 1)
+    other_seed, jobs = spark_jobs_of(spark, lambda: stage(spark, load_task(FARE), reseeded, 3))
+    assert jobs > reading and other_seed.staging_id != other.staging_id
+    again, jobs = spark_jobs_of(spark, lambda: stage(spark, load_task(FARE), reseeded, 3))
+    assert jobs == reading and again == other_seed
+
+
+def rewrite_in_place(path: str, fare_change: float) -> dict[str, tuple[int, int]]:
+    """The table's one file rewritten under its name, its fares changed, in a layout whose size depends only on the
+    number of rows (no compression, dictionary or statistics); each file's (size, modification time) after."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    (name,) = [os.path.join(path, name) for name in os.listdir(path) if name.endswith(".parquet")]
+    rows = pq.read_table(name).replace_schema_metadata(None)  # Spark's schema in it: timestamps that pyarrow's are not
+    fares = rows.schema.get_field_index("fare_amount")
+    rows = rows.set_column(fares, "fare_amount", pc.add(rows.column(fares), fare_change))
+    pq.write_table(rows, name, compression="none", use_dictionary=False, write_statistics=False, coerce_timestamps="us")
+    with contextlib.suppress(FileNotFoundError):  # Spark's checksum of the file it wrote: another tool leaves none
+        os.unlink(os.path.join(path, f".{os.path.basename(name)}.crc"))
+    return {name: (os.stat(name).st_size, os.stat(name).st_mtime_ns)}
+
+
+def test_a_table_rewritten_in_place_with_the_same_names_and_sizes_is_staged_again(spark, tmp_path):
+    import pyarrow.parquet as pq
+
+    def staged_fares(data):
+        return np.sort(np.concatenate([pq.read_table(directory).column("fare_amount").to_numpy()
+                                       for directory in (data.train_dir, data.test_dir)]))
+
+    config = resolved_config(tmp_path / "run", FARE)
+    config = dataclasses.replace(config, table=write_sample(spark, FARE, tmp_path / "table", 400))
+    before = rewrite_in_place(config.table, 0.0)
+    first = stage(spark, load_task(FARE), config, 2)
+    first_fares = staged_fares(first)
+    after = rewrite_in_place(config.table, 1.0)
+    sizes = lambda files: {name: size for name, (size, _) in files.items()}  # noqa: E731
+    assert sizes(after) == sizes(before) and after != before
+
+    second, jobs = spark_jobs_of(spark, lambda: stage(spark, load_task(FARE), config, 2))
+    assert jobs > 2 and second.staging_id != first.staging_id
+    assert second.recipe["fingerprint"] != first.recipe["fingerprint"]
+    assert np.allclose(staged_fares(second), first_fares + 1.0)  # the rows as rewritten, every one
+
+
+def test_another_delta_version_of_a_table_is_staged_again_and_the_same_one_reused(spark, tmp_path, monkeypatch):
+    """A table by name is identified by its Delta version (DESCRIBE HISTORY): local Spark has no Delta, so the
+    history's answer is the test's, and the table itself a real one of the session's warehouse."""
+    table = f"default.trips_{os.urandom(4).hex()}"
+    load_task(FARE).sample_table(spark, 0).limit(400).write.saveAsTable(table)
+    version, sql = [3], spark.sql
+
+    def history_or_sql(query, *args, **kwargs):
+        if query.startswith(f"DESCRIBE HISTORY {table}"):
+            return spark.createDataFrame([(version[0],)], "version long")
+        return sql(query, *args, **kwargs)
+
+    monkeypatch.setattr(spark, "sql", history_or_sql)
+    config = resolved_config(tmp_path / "run", FARE, table=table)
+    first = stage(spark, load_task(FARE), config, 2)
+    assert first.recipe["fingerprint"] == {"of": "Delta version 3"}
+    again, jobs = spark_jobs_of(spark, lambda: stage(spark, load_task(FARE), config, 2))
+    assert jobs < 3 and again == first
+    version[0] = 4
+    newer, jobs = spark_jobs_of(spark, lambda: stage(spark, load_task(FARE), config, 2))
+    assert jobs > 2 and newer.staging_id != first.staging_id
+    assert newer.recipe["fingerprint"] == {"of": "Delta version 4"}
 
 
 def test_a_changed_table_is_staged_again(spark, tmp_path):
@@ -81,8 +149,8 @@ def test_a_changed_table_refuses_to_resume_what_was_trained_on_the_old_data(spar
     open(os.path.join(checkpoint, "complete.json"), "w").write("{}")
     write_sample(spark, FARE, tmp_path / "table", 300)
 
-    with pytest.raises(TableError, match=r"changed since this run staged it \(1 file\(s\), [\d,]+ bytes, listing "
-                                         r"\w+ then, .* now\).*Start a new run.*--no-resume"):
+    with pytest.raises(TableError, match=r"changed since this run staged it \(1 file\(s\), [\d,]+ bytes, last written "
+                                         r"[\d:\- ]+ UTC, listing \w+ then, .* now\).*Start a new run.*--no-resume"):
         stage(spark, load_task(FARE), config, 2)
     assert StagedData.load(config.staging_dir) == first  # refused before anything was touched
 
