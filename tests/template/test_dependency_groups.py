@@ -84,7 +84,7 @@ def test_the_cluster_gets_no_heavy_package_and_the_tool_comes_with_the_test_extr
 def test_the_local_extra_has_what_the_chosen_engines_need(rendered, answers, engines):
     pyproject = tomllib.loads((rendered(**answers) / "pyproject.toml").read_text())
     local = requirement_names(pyproject, ("local",))
-    assert {"pyspark", "torch", "mlflow-skinny", "pandas"} <= local
+    assert {"pyspark", "torch", "mlflow-skinny", "pandas", "scipy"} <= local  # scipy: MLflow's signature inference
     assert ("ray" in local) == ("ray" in engines)
     assert ("torcheval" in local) == ("spark_ml" in engines)
 

@@ -3,6 +3,7 @@ a table as the ranks read it, the torch half states its loss against the trivial
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import subprocess
@@ -15,6 +16,8 @@ import pytest
 import torch
 
 from distributed_training.task_interface import REQUIRED, TaskError, check_metrics, load_task
+
+from distributed_training.tasks.causal_lm import VOCAB_SIZE
 
 from support.runs import FARE, LANGUAGE
 
@@ -122,3 +125,49 @@ def test_a_module_without_the_seam_is_refused_with_what_it_lacks():
         load_task("distributed_training.files")
     with pytest.raises(TaskError, match="no task module 'nowhere.task'"):
         load_task("nowhere.task")
+
+
+def padded_head_logits(model, tokens):
+    """The built-in model's logits as it computed them before: the tied head over the padded vocabulary, sliced."""
+    x = model.token_embedding(tokens) + model.position_embedding(torch.arange(tokens.shape[1]))
+    for block in model.blocks:
+        x = block(x)
+    return torch.nn.functional.linear(model.final_norm(x), model.token_embedding.weight)[..., :VOCAB_SIZE]
+
+
+def test_the_language_model_under_fsdp2_returns_no_view_and_keeps_its_loss_and_gradients(tmp_path):
+    """FSDP2 warns of wrong gradients when its root module returns a view (torch/distributed/fsdp/_fully_shard/
+    _fsdp_state.py, _register_pre_backward_hook); the logits of the vocabulary alone are no view of wider ones."""
+    import warnings
+
+    import torch.distributed as dist
+
+    from distributed_training.training.distributed import Process
+    from distributed_training.training.strategy import FullyShardedDataParallel
+
+    task = load_task(LANGUAGE)
+    torch.manual_seed(0)
+    model = task.build_model({}, task.Options())
+    reference = copy.deepcopy(model)
+    blocks = torch.randint(0, VOCAB_SIZE, (3, task.PRESETS["tiny"][3] + 1), dtype=torch.int32)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        sharded = FullyShardedDataParallel(Process(0, 1, 0, torch.device("cpu")), "fp32", grad_clip=0.0)
+        sharded.prepare(model, lambda module: torch.optim.SGD(module.parameters(), lr=0.1), lambda step: 1.0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loss = task.loss(sharded.model, (blocks,))
+            loss.backward()
+        gradients = {name: parameter.grad.full_tensor() for name, parameter in sharded.module.named_parameters()}
+    finally:
+        dist.destroy_process_group()
+    assert [str(warning.message) for warning in caught if "view" in str(warning.message)] == []
+    targets = blocks[:, 1:].long()
+    expected = torch.nn.functional.cross_entropy(padded_head_logits(reference, blocks[:, :-1].long()).flatten(0, 1),
+                                                 targets.flatten())
+    expected.backward()
+    assert float(loss) == pytest.approx(float(expected), rel=1e-6)
+    expected_gradients = dict(reference.named_parameters())
+    assert gradients.keys() == expected_gradients.keys()
+    for name, gradient in gradients.items():
+        assert torch.allclose(gradient, expected_gradients[name].grad, rtol=1e-5, atol=1e-7), name

@@ -28,7 +28,7 @@ DEFAULT_TABLE = "samples.tpch.orders"
 ORDERS_SCHEMA = "o_orderkey bigint, o_custkey bigint, o_orderstatus string, o_orderpriority string, o_comment string"
 END_OF_TEXT = 256  # between documents; the ids 0-255 are bytes
 VOCAB_SIZE = 257
-PADDED_VOCAB_SIZE = 320  # the embedding rounded up to a multiple of 64, for faster matrix multiplies; never predicted
+PADDED_VOCAB_SIZE = 320  # the embedding's rows, rounded up to a multiple of 64; those past VOCAB_SIZE never predicted
 # (layers, heads, width, context tokens). gpt2-small has GPT-2 small's shape: about 85M parameters here, where
 # GPT-2 has 124M because its 50,257-token vocabulary adds 38.6M of embedding.
 PRESETS = {"tiny": (2, 4, 64, 64), "small": (6, 6, 384, 256), "gpt2-small": (12, 12, 768, 1024)}
@@ -187,6 +187,18 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
+class TiedHead(nn.Module):
+    """The output layer, its weight the token embedding's: the logits of the VOCAB_SIZE tokens only. Slicing the
+    padded vocabulary's logits instead returns a view, which FSDP2 warns may get wrong gradients."""
+
+    def __init__(self, embedding):
+        super().__init__()
+        self.weight = embedding.weight
+
+    def forward(self, x):
+        return F.linear(x, self.weight[:VOCAB_SIZE])
+
+
 class GPT(nn.Module):
     def __init__(self, layers: int, heads: int, width: int, context: int):
         super().__init__()
@@ -195,8 +207,7 @@ class GPT(nn.Module):
         self.position_embedding = nn.Embedding(context, width)
         self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
         self.final_norm = nn.LayerNorm(width)
-        self.head = nn.Linear(width, PADDED_VOCAB_SIZE, bias=False)
-        self.head.weight = self.token_embedding.weight
+        self.head = TiedHead(self.token_embedding)
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=0.02)
@@ -212,7 +223,7 @@ class GPT(nn.Module):
         x = self.token_embedding(tokens) + self.position_embedding(positions)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.final_norm(x))[..., :VOCAB_SIZE]
+        return self.head(self.final_norm(x))
 
 
 def count_parameters(model) -> int:
