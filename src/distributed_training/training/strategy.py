@@ -233,7 +233,7 @@ def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
                    for name, item in sharded_metadata(folder).state_dict_metadata.items() if name.startswith("model.")}
         try:  # each rank reads them on its own, as dcp warns that it assumes
             with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized, assuming")
+                warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized")
                 dcp.load({"model": weights}, storage_reader=dcp.FileSystemReader(folder), no_dist=True)
         except dcp.CheckpointException:
             raise DamagedCheckpoint(folder, "has a shard that does not read (missing, cut short or overwritten)") \
