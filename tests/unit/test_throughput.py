@@ -10,7 +10,7 @@ import torch
 
 from distributed_training.task_interface import load_task
 from distributed_training.training import distributed, throughput
-from distributed_training.training.throughput import StepMeter, mfu, peak_of
+from distributed_training.training.throughput import StepMeter, peak_of
 
 from support.runs import LANGUAGE
 

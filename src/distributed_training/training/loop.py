@@ -106,9 +106,9 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
         totals = epoch_totals or dict.fromkeys(("loss_sum", "items", "examples", "seconds"), 0.0)
         epoch_totals = {name: total + part[name] for name, total in totals.items()}  # JSON numbers: in checkpoints
 
-    log(f"Training {config.task} with {config.engine} on {process.world_size} {process.device.type} process(es) in "
-        f"{config.precision}: {per_rank} examples per rank, {plan.updates_per_epoch} optimizer steps per epoch, "
-        f"{plan.updates} in all ({plan.epochs} epoch(s)); this run takes steps {step + 1} to {plan.updates}.")
+    log(f"Training {config.task} with {config.engine} on {process.world_size} {process.device.type.upper()} "
+        f"process(es) in {config.precision}: {per_rank} examples per rank, {plan.updates_per_epoch} optimizer steps "
+        f"per epoch, {plan.updates} in all ({plan.epochs} epoch(s)); steps {step + 1} to {plan.updates} in this run.")
     try:
         while step < plan.updates:
             epoch, first = plan.epoch_of(step), step % plan.updates_per_epoch
