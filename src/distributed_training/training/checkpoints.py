@@ -105,7 +105,6 @@ def refusal_to_resume(config) -> str | None:
                 "took already: give a larger --max-steps, or a new --output-dir")
 
 
-
 class DamagedCheckpoint(ValueError):
     def __init__(self, path: str, problem: str):
         directory, tag = os.path.split(path if TAG.match(os.path.basename(path)) else os.path.dirname(path))
