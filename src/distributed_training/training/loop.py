@@ -18,7 +18,6 @@ from ..task_interface import check_examples, check_metrics, load_task
 from . import distributed, strategy as strategies
 from .checkpoints import Checkpoints, complete_steps, named_checkpoint, options_identity
 from .data import StagedData
-from .deepspeed_config import deepspeed_config, offload_of
 from .throughput import StepMeter
 from .tracking import Tracker
 
@@ -385,6 +384,8 @@ def params(config: Config, data: StagedData, process: distributed.Process, per_r
                 **{f"task.{name}": value for name, value in asdict(config.task_options).items()},
                 **({"init_from": config.init_from, "init_mode": config.init_mode} if config.init_from else {})}
     if config.engine == "deepspeed":
+        from .deepspeed_config import deepspeed_config, offload_of  # only a DeepSpeed project has the module
+
         zero = deepspeed_config(config, process.world_size, config.precision)["zero_optimization"]
         recorded.update(zero_stage=zero["stage"], offload=offload_of(zero))
     return recorded

@@ -12,7 +12,8 @@ RUNTIME = ("config.py", "files.py", "findings.py", "launch.py", "run_folder.py",
 CHOSEN = {{ chosen_engines(cookiecutter) | tojson }}
 ENGINE_FILES = {
     "torch_distributor": ["resources/train_torch_distributor.job.yml", "notebooks/train_torch_distributor.py"],
-    "deepspeed": ["resources/train_deepspeed.job.yml", "notebooks/train_deepspeed.py"],
+    "deepspeed": ["resources/train_deepspeed.job.yml", "notebooks/train_deepspeed.py",
+                  f"{PACKAGE}/training/deepspeed_config.py", f"{PACKAGE}/training/deepspeed_strategy.py"],
     "ray": ["resources/train_ray.job.yml", "notebooks/train_ray.py"],
     "spark_ml_connect": ["resources/train_spark_ml_connect.job.yml", "notebooks/train_spark_ml_connect.py",
                          f"{PACKAGE}/engines/least_squares.py"],
