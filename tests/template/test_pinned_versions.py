@@ -80,7 +80,8 @@ def test_every_environment_of_a_deepspeed_job_installs_deepspeed(rendered, answe
         text = (project / name).read_text()
         assert (install in text) == has_deepspeed, name
         if has_deepspeed:
-            assert text.index(f"install torch=={PINNED['torch']}") < text.index(install) and "install setuptools" in text
+            assert text.index(f"install torch=={PINNED['torch']}") < text.index(install), name
+            assert "install setuptools" in text, name
     if not has_deepspeed:
         return
     job = yaml.safe_load((project / "resources" / "train_deepspeed.job.yml").read_text())["resources"]["jobs"]
