@@ -316,7 +316,8 @@ def _classic_answers(cloud: str, engine: str, **changed: str) -> dict:
 
 def _answer_matrix():
     """Every cloud and engine with every node type of the catalog (every cloud's, retired ones too) as the training
-    and the CPU node type, on one node and on three, and with runtimes of every kind."""
+    and the CPU node type, on one node and on three, with runtimes of every kind, and on serverless GPU compute with
+    every accelerator and counts that fit it or not."""
     catalog = default_catalog()
     for cloud in ("azure", "aws", "gcp"):
         for engine in ("torch_distributor", "deepspeed", "ray", "spark_ml_connect", "all"):
@@ -328,6 +329,10 @@ def _answer_matrix():
             for runtime in OTHER_RUNTIMES:
                 for workers in ("0", "2"):
                     yield _classic_answers(cloud, engine, spark_version=runtime, num_workers=workers)
+            for accelerator in ("GPU_1xA10", "GPU_1xH100", "GPU_8xH100"):
+                for count in ("0", "1", "2", "8", "12", "16", "2056"):
+                    yield _classic_answers(cloud, engine, compute="serverless_gpu", accelerator_type=accelerator,
+                                           accelerator_count=count)
 
 
 def test_no_fix_repeats_the_answer_given_nor_offers_another_cloud_s_node_type():
@@ -347,4 +352,4 @@ def test_no_fix_repeats_the_answer_given_nor_offers_another_cloud_s_node_type():
                     assert catalog.find(value) is not None, (answers, str(finding))
             offered = [catalog.find(word) for word in re.findall(r"[\w.-]+", finding.fix) if catalog.find(word)]
             assert {node.cloud for node in offered} <= {answers["cloud"]}, (answers, str(finding))
-    assert refusals >= 2000 and suggestions >= refusals  # the matrix's size, counted: keep it broad
+    assert refusals >= 3900 and suggestions >= refusals  # the matrix's size, counted: keep it broad
