@@ -27,7 +27,7 @@ UC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 DEPENDENCIES = {
     "pyyaml": "yaml", "psutil": "psutil", "pyspark": "pyspark", "pandas": "pandas", "numpy": "numpy",
     "pyarrow": "pyarrow", "torch": "torch", "deepspeed": "deepspeed", "ray": "ray", "mlflow": "mlflow",
-    "mlflow-skinny": "mlflow",
+    "mlflow-skinny": "mlflow", "scipy": "scipy",
     "torcheval": "torcheval", "databricks-connect": "databricks", "databricks-sdk": "databricks",
     "distributed-training": "distributed_training", "pytest": "pytest", "pytest-timeout": "pytest_timeout",
     "setuptools": "setuptools", "wheel": "wheel", "pip": "pip",
@@ -178,16 +178,35 @@ def _in_answer_terms(finding: Finding, answers: Mapping, engine: str | None) -> 
         name = "node_type_id"
     if re.search(r"\banswer (%s)=" % "|".join(ANSWERS), finding.fix):
         return Finding(finding.rule, finding.message, finding.fix, path=name, severity=finding.severity)
-    suggestion = _suggestion(finding, answers, engine, name) or "<another value>"
     if name == "node_type_id" and engine == SPARK_ML_CONNECT and answers["engine"] == ALL_ENGINES:
         name = "cpu_node_type_id"
+    suggestion = _suggestion(finding, answers, engine, name)
+    if suggestion == str(answers.get(name)) and name in OTHER_HALF:  # the runtime and the node type disagree, and
+        name, path = OTHER_HALF[name], ""  # the default of this one is the answer given: the other one is to change
+        suggestion = _suggestion(finding, answers, engine, name)
+    suggestion = suggestion or "<another value>"
     if name == "spark_version":  # the template sets use_ml_runtime itself: the guards' advice on it does not apply
         fix = f"answer spark_version={suggestion} (the default for {engine or answers['engine']})"
     elif path not in ANSWERS:  # a setting the template derives: its advice names no answer
         fix = f"answer {name}={suggestion}"
+    elif _other_clouds_node_types(finding.fix, answers["cloud"]):  # the guard's advice, for the node type's cloud
+        fix = f"answer {name}={suggestion}"
     else:
         fix = f"answer {name}={suggestion} ({finding.fix})"
     return Finding(finding.rule, finding.message, fix, path=name, severity=finding.severity)
+
+
+def _node_types_named(text: str) -> list[str]:
+    return re.findall(r"\b(?:Standard_\w+|[a-z]\d[a-z]*\.\w+|[a-z]\d-\w+-\w+)\b", text)
+
+
+def _other_clouds_node_types(text: str, cloud: str) -> list[str]:
+    return [node for node in _node_types_named(text) if getattr(default_catalog().find(node), "cloud", cloud) != cloud]
+
+
+# A runtime refused with a node type (GPU or not) whose default runtime is the one given: the node type is to change;
+# and the other way round. The Spark ML job of engine=all runs the template's own runtime, which is no answer.
+OTHER_HALF = {"spark_version": "node_type_id", "node_type_id": "spark_version"}
 
 
 def _suggestion(finding: Finding, answers: Mapping, engine: str | None, name: str) -> str:
@@ -197,9 +216,9 @@ def _suggestion(finding: Finding, answers: Mapping, engine: str | None, name: st
         return default_spark_version(engine)
     if name in ("node_type_id", "cpu_node_type_id"):
         gpu = engine != SPARK_ML_CONNECT
-        replacements = re.findall(r"\b(?:Standard_\w+|[a-z]\d[a-z]*\.\w+|[a-z]\d-\w+-\w+)\b", finding.fix)
         current = answers.get(name)
-        known = [node for node in replacements if node != current and default_catalog().find(node) is not None]
+        known = [node for node in _node_types_named(finding.fix) if node != current
+                 and getattr(default_catalog().find(node), "cloud", None) == answers["cloud"]]
         return known[0] if known else catalog_default(answers["cloud"], gpu=gpu)
     if name == "num_workers":
         return "0"

@@ -290,3 +290,66 @@ def test_the_matrix_tries_enough_bad_answers():
                            "invalid-accelerator-count": 10, "mixed-engine-answers": 2,
                            "mixed-compute-answers": 5}.items():
         assert rules.count(rule) >= at_least, rule
+
+
+SUGGESTED = re.compile(r"\banswer (\w+)=([^\s,;()]+)")
+OTHER_RUNTIMES = ["12.2.x-gpu-ml-scala2.12", "13.3.x-gpu-ml-scala2.12", "15.4.x-gpu-ml-scala2.12",
+                  "16.4.x-scala2.12", "17.3.x-scala2.13", "17.3.x-cpu-ml-scala2.13", "17.3.x-gpu-ml-scala2.13",
+                  "17.3.x-photon-scala2.13", "latest"]
+
+
+def _classic_answers(cloud: str, engine: str, **changed: str) -> dict:
+    """Every answer at the template's default for the cloud and engine (as cookiecutter.json computes them), then
+    `changed`."""
+    from distributed_training.answers import SERVERLESS_ANSWERS, default_cpu_node_type, default_node_type
+    from distributed_training.clusters import default_spark_version
+
+    answers = {"project_name": "My Training", "project_slug": "my-training", "package_name": "my_training",
+               "cloud": cloud, "engine": engine, "task": "fare_regression", "compute": "classic",
+               "node_type_id": default_node_type(cloud, engine), "cpu_node_type_id": default_cpu_node_type(cloud),
+               "num_workers": "0", "spark_version": default_spark_version(engine), "catalog": "main",
+               "schema": "default", "allow_unknown_node_type": "no"}
+    answers["accelerator_type"] = SERVERLESS_ANSWERS["accelerator_type"](answers)
+    answers["accelerator_count"] = SERVERLESS_ANSWERS["accelerator_count"](answers)
+    return {**answers, **changed}
+
+
+def _answer_matrix():
+    """Every cloud and engine with every node type of the catalog (every cloud's, retired ones too) as the training
+    and the CPU node type, on one node and on three, with runtimes of every kind, and on serverless GPU compute with
+    every accelerator and counts that fit it or not."""
+    catalog = default_catalog()
+    for cloud in ("azure", "aws", "gcp"):
+        for engine in ("torch_distributor", "deepspeed", "ray", "spark_ml_connect", "all"):
+            for node in catalog.node_types:
+                for workers in ("0", "2"):
+                    yield _classic_answers(cloud, engine, node_type_id=node.id, num_workers=workers)
+                if engine == "all":
+                    yield _classic_answers(cloud, engine, cpu_node_type_id=node.id)
+            for runtime in OTHER_RUNTIMES:
+                for workers in ("0", "2"):
+                    yield _classic_answers(cloud, engine, spark_version=runtime, num_workers=workers)
+            for accelerator in ("GPU_1xA10", "GPU_1xH100", "GPU_8xH100"):
+                for count in ("0", "1", "2", "8", "12", "16", "2056"):
+                    yield _classic_answers(cloud, engine, compute="serverless_gpu", accelerator_type=accelerator,
+                                           accelerator_count=count)
+
+
+def test_no_fix_repeats_the_answer_given_nor_offers_another_cloud_s_node_type():
+    """A fix the user can take: the answer it suggests differs from the one given (a refused spark_version is not
+    offered again), and every node type it names is one of the answered cloud's, in the catalog."""
+    catalog = default_catalog()
+    refusals, suggestions = 0, 0
+    for answers in _answer_matrix():
+        for finding in check_answers(answers):
+            if not finding.is_error:
+                continue
+            refusals += 1
+            for name, value in SUGGESTED.findall(finding.fix):
+                suggestions += 1
+                assert value != str(answers.get(name)), (answers, str(finding))
+                if name in ("node_type_id", "cpu_node_type_id"):
+                    assert catalog.find(value) is not None, (answers, str(finding))
+            offered = [catalog.find(word) for word in re.findall(r"[\w.-]+", finding.fix) if catalog.find(word)]
+            assert {node.cloud for node in offered} <= {answers["cloud"]}, (answers, str(finding))
+    assert refusals >= 3900 and suggestions >= refusals  # the matrix's size, counted: keep it broad

@@ -63,3 +63,33 @@ def test_the_generated_local_extra_pins_what_the_tests_ran(rendered, engine):
                                                       *(["ray"] if engine == "all" else []))}
     for name in ("README.md", ".github/workflows/ci.yml"):  # torch first, before the extras
         assert f"pip install torch=={PINNED['torch']} " in (rendered(engine=engine) / name).read_text(), name
+
+
+@pytest.mark.parametrize("answers", [{"engine": "torch_distributor"}, {"engine": "deepspeed"}, {"engine": "all"},
+                                     {"engine": "deepspeed", "compute": "serverless_gpu"}],
+                         ids=lambda answers: "-".join(answers.values()))
+def test_every_environment_of_a_deepspeed_job_installs_deepspeed(rendered, answers):
+    """Locally and in CI the README's and the workflow's install (DeepSpeed builds against the installed torch, so
+    after it and without build isolation); on serverless GPU the training environment; on a cluster Databricks
+    Runtime ML, which includes DeepSpeed from 14.0 ML ("Distributed training with DeepSpeed distributor", Databricks
+    docs). A project without the engine installs none."""
+    project = rendered(**answers)
+    has_deepspeed = answers["engine"] in ("deepspeed", "all")
+    install = f"--no-build-isolation deepspeed=={PINNED['deepspeed']}"
+    for name in ("README.md", ".github/workflows/ci.yml"):
+        text = (project / name).read_text()
+        assert (install in text) == has_deepspeed, name
+        if has_deepspeed:
+            assert text.index(f"install torch=={PINNED['torch']}") < text.index(install), name
+            assert "install setuptools" in text, name
+    if not has_deepspeed:
+        return
+    job = yaml.safe_load((project / "resources" / "train_deepspeed.job.yml").read_text())["resources"]["jobs"]
+    [settings] = job.values()
+    if answers.get("compute") == "serverless_gpu":
+        [training] = [spec["spec"] for spec in settings["environments"] if spec["environment_key"] == "training"]
+        assert f"deepspeed=={PINNED['deepspeed']}" in training["dependencies"]
+    else:
+        [cluster] = [cluster["new_cluster"] for cluster in settings["job_clusters"]]
+        assert cluster["use_ml_runtime"] is True
+        assert float(cluster["spark_version"].split(".x")[0]) >= 14.0

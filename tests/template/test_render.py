@@ -8,6 +8,7 @@ other task; the clusters in the form Databricks' docs show now (`kind: CLASSIC_P
 from __future__ import annotations
 
 import re
+import sys
 
 from pathlib import Path
 
@@ -273,3 +274,41 @@ def test_the_wheel_gets_a_version_of_its_own_at_each_deploy(rendered, bundle_sch
     findings = validate_bundle(project, targets=["dev", "prod"], schema_path=bundle_schema)
     assert [str(finding) for per_target in findings.values() for finding in per_target
             if finding.is_error or "artifacts" in (finding.path or "")] == []
+
+
+EXAMPLES = {"fare_regression": "trip_classifier", "causal_lm": "recurrent_language_model"}
+
+
+@pytest.mark.parametrize("task", list(EXAMPLES))
+def test_each_task_s_project_brings_an_example_of_its_own_kind(rendered, spark, monkeypatch, task):
+    """The bring-your-own-model example, the README's words and the generated test that trains it follow the task:
+    a language model's project gets a language model, named in the README and its test, and no word of taxis."""
+    import numpy as np
+    import pyarrow as pa
+    import torch
+
+    from distributed_training.task_interface import check_metrics, load_task
+
+    project = rendered(task=task)
+    example = EXAMPLES[task]
+    assert [path.name for path in (project / "examples").iterdir()] == [f"{example}.py"]
+    readme = (project / "README.md").read_text()
+    section = readme[readme.index("## Bring your own model"):readme.index("## Deploy and run")]
+    assert f"--task examples.{example}" in section and f"cp examples/{example}.py src/my_training/task.py" in section
+    assert f"examples.{example}" in (project / "tests" / "test_bring_your_own_model.py").read_text()
+    if task == "causal_lm":
+        assert not re.search(r"fare|taxi|trip", readme, re.IGNORECASE)
+    monkeypatch.syspath_prepend(str(project))  # as the README runs it: PYTHONPATH=. --task examples.<example>
+    monkeypatch.delitem(sys.modules, "examples", raising=False)
+    own = load_task(f"examples.{example}")
+    options = own.Options()
+    prepared = own.prepare(own.sample_table(spark, seed=1), options).limit(200)
+    stats = own.statistics(prepared, options)
+    rows = pa.Table.from_pandas(prepared.toPandas(), preserve_index=False)
+    batch = own.examples(own.tokenize(rows.to_pandas(), options) if hasattr(own, "tokenize") else rows, stats,
+                         options)
+    model = own.build_model(stats, options)
+    assert torch.isfinite(own.loss(model, batch))
+    metrics = check_metrics(own.summarize(own.evaluate(model, batch, stats), stats), example)
+    exported, example_input = own.exported_model(model, stats, batch)
+    assert np.isfinite(metrics["held_out_loss"]) and exported(torch.from_numpy(example_input)) is not None

@@ -106,6 +106,35 @@ def test_the_command_runs_the_torchrun_module_from_the_code_source_path(rendered
     assert "MLFLOW_RUN_ID is not set" in ran.stderr, ran.stderr
 
 
+@pytest.mark.parametrize("engine, blocked", [("deepspeed", "deepspeed"), ("deepspeed", "mlflow"),
+                                             ("torch_distributor", "torch"), ("torch_distributor", "deepspeed")])
+def test_the_command_names_a_module_the_node_lacks_and_the_requirement_that_installs_it(rendered, tmp_path, engine,
+                                                                                        blocked):
+    """Before torchrun: a module the engine's loop imports that this node's environment lacks is named as missing (a
+    None in sys.modules, as a sitecustomize on PYTHONPATH leaves it, is a module import cannot find), not left to a
+    later step's message; a module the engine does not import is not asked for."""
+    project = rendered(compute="serverless_gpu", engine=engine)
+    (tmp_path / "sitecustomize.py").write_text(f"import sys\nsys.modules[{blocked!r}] = None\n")
+    environment = {key: value for key, value in os.environ.items() if key != "MLFLOW_RUN_ID"}
+    environment.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{environment['PATH']}", PYTHONPATH=str(tmp_path),
+                       CODE_SOURCE_PATH=str(project / "src"))
+    ran = subprocess.run(["bash", str(project / "src" / "command.sh")], cwd=tmp_path, env=environment,
+                         capture_output=True, text=True, timeout=120)
+    requirements = {"torch": f"torch=={PINNED['torch']}", "mlflow": f"mlflow-skinny=={PINNED['mlflow-skinny']}",
+                    "deepspeed": f"deepspeed=={PINNED['deepspeed']}"}
+    if blocked == "deepspeed" and engine != "deepspeed":
+        assert ran.returncode == 2 and "MLFLOW_RUN_ID is not set" in ran.stderr, ran.stderr  # on to the module
+        return
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert ran.stderr.strip() == (f"error: the module {blocked} is not installed on this node: add "
+                                  f"{requirements[blocked]} to the dependencies of the training environment in "
+                                  f"resources/train_{engine}.job.yml")
+    job = job_of(project, engine)
+    [training] = [environment for environment in job["environments"] if environment["environment_key"] == "training"]
+    if blocked != "torch":  # the environment's base has torch (version 4): what it adds, the fix names
+        assert requirements[blocked] in training["spec"]["dependencies"]
+
+
 def test_serverless_projects_have_no_notebooks_and_classic_ones_no_command(rendered):
     serverless, classic = rendered(compute="serverless_gpu"), rendered()
     assert (serverless / "src" / "command.sh").is_file() and not (serverless / "notebooks").exists()

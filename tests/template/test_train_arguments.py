@@ -26,7 +26,7 @@ def test_a_task_option_is_accepted_while_the_task_has_it_and_named_once_task_py_
     project = render(task="causal_lm")
     add_arguments(project, "--model-size", "small")
     assert [finding for finding in findings(project) if finding.is_error] == []
-    shutil.copy(project / "examples" / "trip_classifier.py", project / "src" / "my_training" / "task.py")
+    shutil.copy(project / "examples" / "recurrent_language_model.py", project / "src" / "my_training" / "task.py")
     errors = {(finding.rule, finding.path, finding.message) for finding in findings(project) if finding.is_error}
     assert errors == {("unknown-train-option",
                        "resources.jobs.train_torch_distributor.tasks[0].python_wheel_task.parameters[8]",
