@@ -149,3 +149,15 @@ def test_a_live_build_past_the_bound_is_named(op_folder):
     finally:
         live.kill()
         live.wait()
+
+
+@pytest.mark.parametrize("failure, named", [
+    ("import a_module_no_node_has", "install a_module_no_node_has where the run starts"),
+    ("raise OSError('cc1plus: fatal error: Python.h: No such file or directory')",
+     "it needs a C++ compiler and the Python headers")])
+def test_a_build_that_fails_names_a_missing_module_as_missing(op_folder, monkeypatch, failure, named):
+    monkeypatch.setattr(deepspeed_engine, "BUILD_OP", failure)
+    with pytest.raises(LaunchError) as refused:
+        deepspeed_engine.build_cpu_communication_op(timeout=TAKE_OVER_BOUND_S)
+    assert str(refused.value).endswith(f"): {named}")
+    assert ("compiler" in str(refused.value)) == ("Python.h" in failure)

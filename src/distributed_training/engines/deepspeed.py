@@ -97,10 +97,13 @@ def build_cpu_communication_op(timeout: float = OP_BUILD_SECONDS) -> None:
                           f"holds {os.path.join(folder, HOLDER_FILE)}; let it end, or stop it") from None
     except subprocess.CalledProcessError as error:
         last = (error.stderr.strip().splitlines() or ["no output"])[-1]
-        raise LaunchError(f"DeepSpeed's CPU communication op does not build ({last}): it needs a C++ compiler and "
-                          "the Python headers") from None
+        missing = last.split("'")[1] if last.startswith("ModuleNotFoundError") and "'" in last else None
+        raise LaunchError(f"DeepSpeed's CPU communication op does not build ({last}): " + (
+            f"install {missing} where the run starts" if missing else
+            "it needs a C++ compiler and the Python headers")) from None
     if built.stdout.startswith(TAKEN_OVER):
         print(f"removed {os.path.join(folder, 'lock')}, left by a DeepSpeed op build that was killed", flush=True)
+
 
 def _extension_folder() -> str:
     """Where torch's extension builder keeps the op's build (and its lock): TORCH_EXTENSIONS_DIR or its default."""
