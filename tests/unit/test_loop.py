@@ -402,6 +402,9 @@ def test_the_logged_model_pins_what_loading_it_imports_and_every_step_metric_is_
             } <= set(requirements), requirements
     loaded = mlflow.pytorch.load_model(model.model_uri)
     assert type(loaded).__module__ == "distributed_training.tasks.fare_regression"
+    # a signature from the input example (MLflow infers it only where scipy is installed: the local extra has it)
+    (inputs,) = mlflow.models.get_model_info(model.model_uri).signature.inputs.to_dict()
+    assert inputs["type"] == "tensor" and inputs["tensor-spec"]["shape"][0] == -1
     history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "grad_norm")  # a step report's alone
     assert sorted(point.step for point in history) == list(range(1, metrics["step"] + 1))
 
