@@ -158,6 +158,20 @@ def test_the_progress_line_shows_the_share_of_a_step_spent_waiting_and_the_time_
     assert loop.progress_line(2000, plan, 2, figures).endswith("  0:00:00 left")
 
 
+def test_a_run_killed_after_its_last_checkpoint_finishes_on_its_rerun(spark, tmp_path, single_process):
+    """Killed between its last checkpoint and metrics.json: the rerun resumes at the last step, trains nothing more,
+    and writes what the run lacked (model.pt, metrics.json) with the records the checkpoint holds."""
+    config, _ = staged(spark, resolved_config(tmp_path, FARE, processes=1, epochs=2, max_steps=5, tracking=False),
+                       world_size=1, rows=800)
+    first = train(config)
+    for name in ("metrics.json", "model.pt"):  # what a kill after the last checkpoint leaves unwritten
+        (tmp_path / name).unlink()
+    rerun = train(config)
+    assert rerun["resumed_from_step"] == 5 and rerun["step"] == 5
+    assert rerun["epochs"] == first["epochs"] and (tmp_path / "model.pt").exists()
+    assert json.loads((tmp_path / "metrics.json").read_text())["final"] == first["final"]
+
+
 def test_weight_decay_falls_on_matrices_only():
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
     groups = adamw(model, 1e-3, 0.1).param_groups
