@@ -17,6 +17,7 @@ from cookiecutter.exceptions import FailedHookException
 
 from distributed_training.bundle.validate import validate_bundle
 from distributed_training.compute.catalog import CLOUDS, default_catalog
+from distributed_training.compute.preflight import EXECUTOR_GPUS_CONF, ObservedCluster, TrainingRequest, check
 from distributed_training.compute.requirements import ENGINES, SPARK_ML_CONNECT
 from distributed_training.compute.runtime import versions
 
@@ -228,6 +229,28 @@ def test_a_multi_node_job_names_its_coordinating_driver(rendered):
     assert "It is one more p4d.24xlarge, the only size of its family" in only_size
     assert "the driver only coordinates" not in (rendered() / "resources" / "train_torch_distributor.job.yml"
                                                  ).read_text()
+
+
+@pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed", "ray"])
+def test_a_one_worker_project_trains_on_its_worker_and_passes_the_preflight(rendered, engine):
+    """num_workers=1: the job asks for `--num-nodes 1` of the worker's GPUs beside a coordinating 1-GPU driver. As
+    Databricks shows that cluster to the preflight (its usage tags; spark.executor.resource.gpu.amount, a worker's
+    GPUs), the request passes: the ranks run on the worker's executor, whose GPUs count, not the driver's."""
+    project = rendered(cloud="aws", engine=engine, num_workers=1)
+    job = jobs_of(project)[f"train_{engine}"]
+    cluster, parameters = cluster_of(job), job["tasks"][0]["python_wheel_task"]["parameters"]
+    assert "One worker node trains; the driver only coordinates" in (
+        project / "resources" / f"train_{engine}.job.yml").read_text()
+    catalog = default_catalog()
+    driver, worker = catalog.find(cluster["driver_node_type_id"]), catalog.find(cluster["node_type_id"])
+    request = TrainingRequest(engine, *(int(option(parameters, name)) for name in ("--num-nodes", "--gpus-per-node")))
+    assert (request.num_nodes, request.gpus_per_node, driver.gpus) == (1, worker.gpus, 1) and worker.gpus > 1
+    observed = ObservedCluster("spark://10.0.0.1:7077", driver.gpus, cluster["num_workers"],
+                               {**cluster.get("spark_conf", {}), EXECUTOR_GPUS_CONF: str(worker.gpus)},
+                               node_type_id=worker.id, spark_version=cluster["spark_version"],
+                               driver_node_type_id=driver.id)
+    assert [str(finding) for finding in check(request, observed) if finding.is_error] == []
+    assert observed.trains_on_workers
 
 
 @pytest.mark.parametrize("answers, workers, driver", [
