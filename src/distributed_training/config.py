@@ -296,10 +296,14 @@ def check(config: Config) -> None:
                           "give the earlier run's folder with --init-from, or drop --init-mode")
     if config.init_from:
         check_init_source(config)
-    if config.num_nodes > 1 and not (config.output_dir or "").startswith(SHARED_FOLDERS):
-        raise ConfigError(f"--output-dir {config.output_dir} is not shared between nodes, but the ranks on all "
-                          f"{config.num_nodes} nodes read the staged data from it: give a Unity Catalog volume "
-                          "path, /Volumes/<catalog>/<schema>/<volume>/<run>")
+    refuse_node_local_output(config)
+
+
+def refuse_node_local_output(config: Config, on_workers: bool = False) -> None:  # again once `resolve` knows where
+    if (config.num_nodes > 1 or on_workers) and not (config.output_dir or "").startswith(SHARED_FOLDERS):
+        raise ConfigError(f"--output-dir {config.output_dir} is not shared between nodes, but the ranks on the "
+                          "workers read the staged data from it: give a Unity Catalog volume path, "
+                          "/Volumes/<catalog>/<schema>/<volume>/<run>")
 
 
 def refuse_unless_engine(config: Config, engine: str, what: str, *names: str) -> None:

@@ -65,8 +65,7 @@ def train_main() -> None:
     sys.exit(main())
 
 
-def _run(config: Config) -> tuple[Config, TrainingRun | None]:
-    """The run, and the config as resolved for it; no TrainingRun when it was handed to torchrun."""
+def _run(config: Config) -> tuple[Config, TrainingRun | None]:  # no TrainingRun when handed to torchrun
     engine = engine_named(config.engine)
     spark = None
     try:
@@ -132,6 +131,7 @@ def _interruptible():
 def resolve(config: Config, engine, spark) -> Config:
     """What depends on where the run is: on workers or driver, GPUs per node, precision, table (--local: a sample)."""
     on_workers = not (config.local or config.handoff_to_torchrun) and _trains_on_workers(spark)
+    configuration.refuse_node_local_output(config, on_workers)
     gpus = config.gpus_per_node
     if gpus is None:
         on_cpu = config.local or config.processes or config.engine == "spark_ml_connect"

@@ -78,13 +78,13 @@ def _hardware_findings(request: TrainingRequest, observed: ObservedCluster):
     if request.num_nodes > 1 and not observed.single_node and observed.workers < request.num_nodes:
         yield Finding("preflight-too-few-workers", f"{wants}, but the cluster has {observed.workers} worker(s)",
                       f"pass --num-nodes {max(observed.workers, 1)}, or raise the job cluster's num_workers")
-    on_workers = observed.trains_on_workers  # the GPUs of the node(s) the ranks run on; None: not known
-    gpus = observed.spark_conf.get(EXECUTOR_GPUS_CONF) if on_workers else observed.driver_gpus
+    # the GPUs of the node(s) the ranks run on (None: not known)
+    gpus = observed.spark_conf.get(EXECUTOR_GPUS_CONF) if observed.trains_on_workers else observed.driver_gpus
     if gpus is not None and int(float(gpus)) < request.gpus_per_node:
-        seen = f"each executor ({EXECUTOR_GPUS_CONF}) has" if on_workers else "the driver sees"
+        seen = f"each executor ({EXECUTOR_GPUS_CONF}) has" if observed.trains_on_workers else "the driver sees"
         yield Finding("preflight-gpus-missing", f"{wants}, but {seen} {gpus} GPU(s)",
                       f"pass --gpus-per-node {gpus}, or use a node type with {request.gpus_per_node} GPUs")
-    if on_workers and request.gpus_per_node > 0:
+    if observed.trains_on_workers and request.gpus_per_node > 0:
         wanted = REQUIREMENTS[request.engine].task_gpu_amount if request.engine in REQUIREMENTS else None
         actual = observed.spark_conf.get("spark.task.resource.gpu.amount")
         if wanted is not None and actual is not None and float(actual) != float(wanted):

@@ -1,8 +1,7 @@
 """The torch launcher on Spark: the shared loop under DDP on every process TorchDistributor (pyspark.ml.torch) starts,
-one per driver GPU on a single-node cluster (`local_mode=True`), else one per executor GPU of the workers, even on one
-node (`local_mode=False`, `spark.task.resource.gpu.amount` 1; preflight). The DeepSpeed engine specialises it
-(deepspeed.py). TorchDistributor pickles what it runs to the workers: the module-level `training.loop.train` and the
-run's `Config`."""
+one per driver GPU on a single-node cluster (`local_mode=True`), else one per executor GPU, of one worker or more
+(`local_mode=False`, `spark.task.resource.gpu.amount` 1; preflight); DeepSpeed's engine specialises it. It pickles
+what it runs to the workers: the module-level `training.loop.train` and the run's `Config`."""
 
 import os
 
