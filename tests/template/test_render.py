@@ -262,7 +262,7 @@ def test_a_one_worker_project_trains_on_its_worker_and_passes_the_preflight(rend
 ], ids=["aws-g5", "azure-t4", "gcp-a100-ray", "aws-p4d-one-size"])
 def test_multi_node_gpu_clusters_take_the_smallest_gpu_size_of_the_workers_family_as_driver(
         rendered, bundle_schema, answers, workers, driver):
-    """On several nodes no engine trains on the driver (TorchDistributor and DeepSpeed run local_mode=False, Ray on
+    """With workers no engine trains on the driver (TorchDistributor and DeepSpeed run local_mode=False, Ray on
     Spark's head node has no GPU for tasks: ray.util.spark setup_ray_cluster's num_gpus_head_node defaults to 0 off
     global mode). Databricks docs "GPU-enabled compute": the driver and worker types must be GPU instance types; of the
     workers' GPU model, so that precision (launch.py, the driver's GPU) is the workers'. Spark ML's CPU cluster and
