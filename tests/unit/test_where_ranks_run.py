@@ -32,6 +32,18 @@ def test_one_worker_trains_on_its_executors_gpus():
     assert ray_placement(config, node_vcpus=48).worker_nodes == 1
 
 
+def test_a_spark_connect_session_is_placed_by_the_clusters_usage_tag():
+    """Databricks Connect's session has no SparkContext to observe; the cluster's Spark confs are read through it."""
+    def connect_session(conf: dict[str, str]):
+        session_type = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})
+        session = session_type()
+        session.conf = cluster_session(conf).conf
+        return session
+
+    assert resolved(connect_session(ONE_WORKER)).on_workers
+    assert not resolved(connect_session(SINGLE_NODE), "--gpus-per-node", "4").on_workers
+
+
 def test_ranks_on_a_worker_need_an_output_folder_the_driver_shares(tmp_path):
     """The driver stages the data into the output folder and the ranks read it there: on a worker, even one, that
     folder must be one every node reads; on a single-node cluster a node-local one serves."""
