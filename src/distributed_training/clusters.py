@@ -53,12 +53,12 @@ def new_cluster(engine: str, cloud: str, node_type_id: str, num_workers: int, sp
 
 
 def coordinating_driver(node_type_id: str, catalog: Catalog | None = None) -> str | None:
-    """The driver of a multi-node cluster of GPU workers: the smallest GPU node of the workers' own family, or None
-    where that is the workers' type (the default) or the type is not in the catalog.
+    """The driver of a cluster of GPU workers: the smallest GPU node of the workers' own family, or None where that is
+    the workers' type (the default) or the type is not in the catalog.
 
-    On several nodes no engine trains on the driver: TorchDistributor and DeepSpeed run with local_mode=False, one
-    process per executor GPU (Databricks docs "Distributed training with TorchDistributor"); Ray on Spark's head node
-    runs there with no CPU or GPU for tasks, and Ray Train's workers on the worker nodes (ray.util.spark
+    With workers, even one, no engine trains on the driver: TorchDistributor and DeepSpeed run with local_mode=False,
+    one process per executor GPU (Databricks docs "Distributed training with TorchDistributor"); Ray on Spark's head
+    node runs there with no CPU or GPU for tasks, and Ray Train's workers on the worker nodes (ray.util.spark
     setup_ray_cluster, num_gpus_head_node); Spark ML is CPU. It coordinates, so a full GPU node there idles. It keeps
     a GPU (Databricks docs "GPU-enabled compute": the driver and worker types must be GPU instance types, and
     compute/guards.py refuses a CPU driver on AWS), of the workers' model: precision is chosen from the driver's GPU

@@ -96,7 +96,7 @@ class Config:
     job_run_id: str | None = option(None, "the job run's id ({{job.run_id}}), recorded in MLflow and metrics.json; a "
                                     "serverless GPU job's stage task names its config by it", metavar="ID")
     num_nodes: int = option(1, "nodes to train on (default 1: one node first)", parse=whole(1, MAX_NODES), metavar="N")
-    gpus_per_node: int | None = option(None, "GPUs per node, one process each (default: the GPUs the driver sees)",
+    gpus_per_node: int | None = option(None, "GPUs per node, one process each (default: a training node's GPUs)",
                                        parse=whole(0, 64), metavar="G")
     processes: int | None = option(None, f"CPU processes per node instead of GPUs (default {DEFAULT_LOCAL_PROCESSES})",
                                    parse=whole(1, MAX_PROCESSES), metavar="N")
@@ -156,6 +156,7 @@ class Config:
     handoff_to_torchrun: bool = option(False, "do not train: stage the data, write the config and torchrun command to "
                                        "OUTPUT_DIR/torchrun/ (a serverless GPU job's stage task; its GPU task trains)")
     task_options: Any = None  # the task's Options, built from its own options
+    on_workers: bool = False  # resolved from the cluster: the ranks run on its workers' executors, else on the driver
 
     @property
     def task_name(self) -> str:
@@ -177,6 +178,7 @@ class Placement:
     nodes: int
     processes_per_node: int  # one per GPU, or CPU processes
     use_gpu: bool
+    on_workers: bool  # the workers' executors, else the driver
 
     @property
     def world_size(self) -> int:
@@ -189,9 +191,9 @@ class Placement:
 
 
 def placement(config: Config) -> Placement:
-    """The processes of a resolved config (`resolve` has set gpus_per_node)."""
+    """The processes of a resolved config (`resolve` has set gpus_per_node and on_workers)."""
     return Placement(config.num_nodes, config.gpus_per_node or config.processes or DEFAULT_LOCAL_PROCESSES,
-                     use_gpu=bool(config.gpus_per_node))
+                     use_gpu=bool(config.gpus_per_node), on_workers=config.on_workers)
 
 
 # ------------------------------------------------------------------ the command line
@@ -294,10 +296,14 @@ def check(config: Config) -> None:
                           "give the earlier run's folder with --init-from, or drop --init-mode")
     if config.init_from:
         check_init_source(config)
-    if config.num_nodes > 1 and not (config.output_dir or "").startswith(SHARED_FOLDERS):
-        raise ConfigError(f"--output-dir {config.output_dir} is not shared between nodes, but the ranks on all "
-                          f"{config.num_nodes} nodes read the staged data from it: give a Unity Catalog volume "
-                          "path, /Volumes/<catalog>/<schema>/<volume>/<run>")
+    refuse_node_local_output(config)
+
+
+def refuse_node_local_output(config: Config, on_workers: bool = False) -> None:  # again once `resolve` knows where
+    if (config.num_nodes > 1 or on_workers) and not (config.output_dir or "").startswith(SHARED_FOLDERS):
+        raise ConfigError(f"--output-dir {config.output_dir} is not shared between nodes, but the ranks on the "
+                          "workers read the staged data from it: give a Unity Catalog volume path, "
+                          "/Volumes/<catalog>/<schema>/<volume>/<run>")
 
 
 def refuse_unless_engine(config: Config, engine: str, what: str, *names: str) -> None:

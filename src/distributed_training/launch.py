@@ -65,8 +65,7 @@ def train_main() -> None:
     sys.exit(main())
 
 
-def _run(config: Config) -> tuple[Config, TrainingRun | None]:
-    """The run, and the config as resolved for it; no TrainingRun when it was handed to torchrun."""
+def _run(config: Config) -> tuple[Config, TrainingRun | None]:  # no TrainingRun when handed to torchrun
     engine = engine_named(config.engine)
     spark = None
     try:
@@ -130,11 +129,13 @@ def _interruptible():
 
 
 def resolve(config: Config, engine, spark) -> Config:
-    """What depends on where the run is: GPUs per training node, precision, table (--local: the task's sample)."""
+    """What depends on where the run is: on workers or driver, GPUs per node, precision, table (--local: a sample)."""
+    on_workers = not (config.local or config.handoff_to_torchrun) and _trains_on_workers(spark)
+    configuration.refuse_node_local_output(config, on_workers)
     gpus = config.gpus_per_node
     if gpus is None:
         on_cpu = config.local or config.processes or config.engine == "spark_ml_connect"
-        gpus = 0 if on_cpu else _node_gpus(config, spark)
+        gpus = 0 if on_cpu else _node_gpus(on_workers, spark)
     precision = config.precision
     if precision == "fp16" and not gpus:
         raise ConfigError("--precision fp16 needs GPUs, but this run trains on CPU: use fp32 (or bf16)")
@@ -146,19 +147,24 @@ def resolve(config: Config, engine, spark) -> Config:
         if not os.path.exists(os.path.join(table, "_SUCCESS")):
             print(f"writing a sample table (shaped like {engine.default_table(config)}) to {table}", flush=True)
             engine.sample_table(spark, config).coalesce(1).write.mode("overwrite").parquet(table)
-    return dataclasses.replace(config, gpus_per_node=gpus, precision=precision,
+    return dataclasses.replace(config, gpus_per_node=gpus, precision=precision, on_workers=on_workers,
                                table=table or engine.default_table(config))
 
 
-def _node_gpus(config: Config, spark) -> int:
-    """The driver's GPUs on one node; on several, an executor's (a worker's): the driver there may be a smaller node."""
-    if config.num_nodes > 1:
-        from .compute.preflight import EXECUTOR_GPUS_CONF
+def _trains_on_workers(spark) -> bool:  # a Spark Connect session has no SparkContext: Databricks' usage tag alone
+    from .compute.preflight import WORKERS_CONF, observe
 
-        return int(float(spark.conf.get(EXECUTOR_GPUS_CONF, "0")))
+    connect = type(spark).__module__.startswith("pyspark.sql.connect")
+    return int(spark.conf.get(WORKERS_CONF, "0")) > 0 if connect else observe(spark).trains_on_workers
+
+
+def _node_gpus(on_workers: bool, spark) -> int:
+    """On the workers an executor's GPUs (a worker's: the driver there may be a smaller node), else the driver's."""
     import torch
 
-    return torch.cuda.device_count()
+    from .compute.preflight import EXECUTOR_GPUS_CONF
+
+    return int(float(spark.conf.get(EXECUTOR_GPUS_CONF, "0"))) if on_workers else torch.cuda.device_count()
 
 
 def _bf16_supported() -> bool:
@@ -199,8 +205,7 @@ def _cluster_session(config: Config):
     return spark
 
 
-def _remote_session():
-    """Off the cluster: a Databricks Connect session, or None when databricks-connect is not installed."""
+def _remote_session():  # None without databricks-connect
     try:
         from databricks.connect import DatabricksSession
     except ImportError:

@@ -158,14 +158,18 @@ def test_one_node_is_plain_ray_on_the_driver_one_worker_per_gpu():
     assert where.describe() == "Ray Train TorchTrainer, 4 GPU worker(s) on the driver (ray.init)"
 
 
-def test_several_nodes_are_ray_on_spark_nodes_as_large_as_the_node_type():
-    where = ray_placement(config(num_nodes=3, gpus_per_node=2), node_vcpus=24)
+def test_a_cluster_with_workers_is_ray_on_spark_nodes_as_large_as_the_node_type():
+    where = ray_placement(config(num_nodes=3, gpus_per_node=2, on_workers=True), node_vcpus=24)
     assert (where.worker_nodes, where.workers, where.cpus_per_node, where.gpus_per_node) == (3, 6, 24, 2)
+    where = ray_placement(config(gpus_per_node=4, on_workers=True), node_vcpus=48)  # one worker beside the driver
+    assert (where.worker_nodes, where.workers, where.cpus_per_node, where.gpus_per_node) == (1, 4, 48, 4)
+    assert where.describe() == ("Ray Train TorchTrainer, 4 GPU worker(s) on Ray on Spark, 1 worker node(s) of 48 "
+                                "CPU(s) and 4 GPU(s)")
 
 
 def test_an_unknown_node_type_leaves_both_counts_to_ray():
     """Ray on Spark takes CPU and GPU counts together or not at all."""
-    where = ray_placement(config(num_nodes=2, gpus_per_node=1), node_vcpus=None)
+    where = ray_placement(config(num_nodes=2, gpus_per_node=1, on_workers=True), node_vcpus=None)
     assert (where.cpus_per_node, where.gpus_per_node, where.worker_nodes) == (None, None, 2)
 
 

@@ -25,15 +25,20 @@ from conftest import (FARE, LANGUAGE, assert_it_learned, environment, metrics_of
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.parametrize("task, nodes", [(FARE, 1), (FARE, 2), (LANGUAGE, 1)],
-                         ids=["fare-on-the-driver", "fare-on-the-executors", "language-model-on-the-driver"])
-def test_two_processes_learn(spark, staged_run, task, nodes):
-    """Two nodes of one process: local_mode=False, a barrier task on each of local[2]'s two slots, as on a cluster."""
-    config = staged_run(task, epochs=3, num_nodes=nodes, processes=2 // nodes)
+@pytest.mark.parametrize("task, nodes, on_workers", [(FARE, 1, False), (FARE, 2, True), (FARE, 1, True),
+                                                     (LANGUAGE, 1, False)],
+                         ids=["fare-on-the-driver", "fare-on-the-executors", "fare-on-one-workers-executors",
+                              "language-model-on-the-driver"])
+def test_two_processes_learn(spark, staged_run, task, nodes, on_workers):
+    """On the workers: local_mode=False, a barrier task on each of local[2]'s two slots, as on a cluster, whether they
+    are two nodes of one process or one node of two (a num_workers=1 cluster, its driver only coordinating)."""
+    config = staged_run(task, epochs=3, num_nodes=nodes, processes=2 // nodes, on_workers=on_workers)
     run = ENGINE.train(spark, config, {})
     assert_it_learned(run.metrics, task)
     assert run.metrics["world_size"] == 2 and metrics_of(Path(config.output_dir)) == run.metrics
-    assert ("local_mode=True" if nodes == 1 else "local_mode=False") in run.description
+    assert ("on the executors (local_mode=False)" if on_workers else "on the driver (local_mode=True)") \
+        in run.description
+    assert ("on one node" if nodes == 1 else f"on {nodes} nodes") in run.description
     if task == LANGUAGE:
         assert_scored_as_evaluated(spark, config, run.metrics["step"])
 

@@ -18,6 +18,7 @@ from cookiecutter.exceptions import FailedHookException
 
 from distributed_training.bundle.validate import validate_bundle
 from distributed_training.compute.catalog import CLOUDS, default_catalog
+from distributed_training.compute.preflight import EXECUTOR_GPUS_CONF, ObservedCluster, TrainingRequest, check
 from distributed_training.compute.requirements import ENGINES, SPARK_ML_CONNECT
 from distributed_training.compute.runtime import versions
 
@@ -231,6 +232,28 @@ def test_a_multi_node_job_names_its_coordinating_driver(rendered):
                                                  ).read_text()
 
 
+@pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed", "ray"])
+def test_a_one_worker_project_trains_on_its_worker_and_passes_the_preflight(rendered, engine):
+    """num_workers=1: the job asks for `--num-nodes 1` of the worker's GPUs beside a coordinating 1-GPU driver. As
+    Databricks shows that cluster to the preflight (its usage tags; spark.executor.resource.gpu.amount, a worker's
+    GPUs), the request passes: the ranks run on the worker's executor, whose GPUs count, not the driver's."""
+    project = rendered(cloud="aws", engine=engine, num_workers=1)
+    job = jobs_of(project)[f"train_{engine}"]
+    cluster, parameters = cluster_of(job), job["tasks"][0]["python_wheel_task"]["parameters"]
+    assert "One worker node trains; the driver only coordinates" in (
+        project / "resources" / f"train_{engine}.job.yml").read_text()
+    catalog = default_catalog()
+    driver, worker = catalog.find(cluster["driver_node_type_id"]), catalog.find(cluster["node_type_id"])
+    request = TrainingRequest(engine, *(int(option(parameters, name)) for name in ("--num-nodes", "--gpus-per-node")))
+    assert (request.num_nodes, request.gpus_per_node, driver.gpus) == (1, worker.gpus, 1) and worker.gpus > 1
+    observed = ObservedCluster("spark://10.0.0.1:7077", driver.gpus, cluster["num_workers"],
+                               {**cluster.get("spark_conf", {}), EXECUTOR_GPUS_CONF: str(worker.gpus)},
+                               node_type_id=worker.id, spark_version=cluster["spark_version"],
+                               driver_node_type_id=driver.id)
+    assert [str(finding) for finding in check(request, observed) if finding.is_error] == []
+    assert observed.trains_on_workers
+
+
 @pytest.mark.parametrize("answers, workers, driver", [
     ({"cloud": "aws", "engine": "all", "num_workers": 2}, "g5.12xlarge", "g5.xlarge"),
     ({"engine": "all", "num_workers": 2}, "Standard_NC64as_T4_v3", "Standard_NC4as_T4_v3"),
@@ -240,7 +263,7 @@ def test_a_multi_node_job_names_its_coordinating_driver(rendered):
 ], ids=["aws-g5", "azure-t4", "gcp-a100-ray", "aws-p4d-one-size"])
 def test_multi_node_gpu_clusters_take_the_smallest_gpu_size_of_the_workers_family_as_driver(
         rendered, bundle_schema, answers, workers, driver):
-    """On several nodes no engine trains on the driver (TorchDistributor and DeepSpeed run local_mode=False, Ray on
+    """With workers no engine trains on the driver (TorchDistributor and DeepSpeed run local_mode=False, Ray on
     Spark's head node has no GPU for tasks: ray.util.spark setup_ray_cluster's num_gpus_head_node defaults to 0 off
     global mode). Databricks docs "GPU-enabled compute": the driver and worker types must be GPU instance types; of the
     workers' GPU model, so that precision (launch.py, the driver's GPU) is the workers'. Spark ML's CPU cluster and

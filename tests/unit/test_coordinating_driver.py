@@ -1,4 +1,4 @@
-"""A multi-node GPU cluster's driver only coordinates: no engine trains on it across nodes (TorchDistributor and
+"""The driver of a GPU cluster with workers only coordinates: no engine trains on it there (TorchDistributor and
 DeepSpeed run local_mode=False, one process per executor GPU; Ray on Spark's head node offers no GPU to tasks,
 ray.util.spark setup_ray_cluster's num_gpus_head_node, 0 off global mode). The template gives it the smallest GPU
 size of the workers' family (Databricks docs "GPU-enabled compute": the driver and worker types must be GPU instance
@@ -7,16 +7,16 @@ worker, not from the driver."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from distributed_training import config as configuration
 from distributed_training.clusters import coordinating_driver, new_cluster
 from distributed_training.compute.catalog import default_catalog
-from distributed_training.compute.preflight import EXECUTOR_GPUS_CONF
+from distributed_training.compute.preflight import EXECUTOR_GPUS_CONF, WORKERS_CONF
 from distributed_training.engines import available
 from distributed_training.launch import resolve
+
+from support.cluster_sessions import cluster_session
 
 
 def test_every_gpu_family_gets_its_smallest_gpu_size_as_driver():
@@ -43,17 +43,15 @@ def test_only_multi_node_gpu_clusters_name_a_driver(engine):
     assert (driver("g5.12xlarge", 2), driver("g5.12xlarge", 0), driver("p4d.24xlarge", 2)) == ("g5.xlarge", None, None)
 
 
-def spark_with(conf: dict[str, str]):
-    return SimpleNamespace(conf=SimpleNamespace(get=lambda key, default=None: conf.get(key, default)))
-
-
-def test_gpus_per_node_come_from_a_worker_on_several_nodes_and_from_the_driver_on_one(tmp_path):
-    """`train` without --gpus-per-node: on several nodes each executor's GPUs (Databricks sets
+def test_gpus_per_node_come_from_a_worker_on_a_cluster_with_workers_and_from_the_driver_on_one_node():
+    """`train` without --gpus-per-node: on a cluster with workers each executor's GPUs (Databricks sets
     spark.executor.resource.gpu.amount to a worker's), whatever the driver has (none on this machine)."""
-    def resolved(*more):
-        argv = ["--engine", "torch_distributor", "--table", "main.default.trips", "--output-dir", str(tmp_path), *more]
-        return resolve(configuration.from_args(argv, available()), None, spark_with({EXECUTOR_GPUS_CONF: "4"}))
+    def resolved(workers: str, *more):
+        argv = ["--engine", "torch_distributor", "--table", "main.default.trips", "--output-dir", "/Volumes/c/s/v/run",
+                *more]
+        conf = {"spark.master": "spark://10.0.0.1:7077", WORKERS_CONF: workers, EXECUTOR_GPUS_CONF: "4"}
+        return resolve(configuration.from_args(argv, available()), None, cluster_session(conf))
 
-    assert resolved("--num-nodes", "2").gpus_per_node == 4
-    assert resolved().gpus_per_node == 0  # one node: the driver's own GPUs
-    assert resolved("--num-nodes", "2", "--gpus-per-node", "2").gpus_per_node == 2  # the job's word counts
+    assert resolved("2", "--num-nodes", "2").gpus_per_node == 4
+    assert resolved("0").gpus_per_node == 0  # no workers: the driver's own GPUs
+    assert resolved("2", "--num-nodes", "2", "--gpus-per-node", "2").gpus_per_node == 2  # the job's word counts

@@ -3,6 +3,7 @@
 import pytest
 
 from distributed_training.compute.preflight import ObservedCluster, TrainingRequest, check
+from distributed_training.compute.requirements import REQUIREMENTS
 
 MULTI_NODE_CONF = {"spark.executor.resource.gpu.amount": "4", "spark.task.resource.gpu.amount": "1"}
 
@@ -97,3 +98,33 @@ def test_the_driver_and_worker_types_are_read_from_the_clusters_usage_tags():
         getAll=lambda: list(conf.items()))))
     observed = observe(session)
     assert (observed.node_type_id, observed.driver_node_type_id, observed.workers) == ("g5.12xlarge", "g5.xlarge", 2)
+
+
+def one_worker(engine: str):
+    """A num_workers=1 job cluster: a coordinating g5.xlarge driver (1 GPU) beside one 4-GPU g5.12xlarge worker."""
+    conf = {"spark.executor.resource.gpu.amount": "4",
+            "spark.task.resource.gpu.amount": REQUIREMENTS[engine].task_gpu_amount}
+    return cluster(driver_gpus=1, workers=1, conf=conf, node_type_id="g5.12xlarge", spark_version=GPU_RUNTIME,
+                   driver_node_type_id="g5.xlarge")
+
+
+@pytest.mark.parametrize("engine", ["torch_distributor", "deepspeed", "ray"])
+def test_one_worker_trains_on_its_executors_gpus_not_the_coordinating_drivers(engine):
+    """One node on a cluster with a worker: the ranks run on the worker, so its executor's GPUs are what counts."""
+    assert rules(TrainingRequest(engine, 1, 4), one_worker(engine)) == []
+    assert one_worker(engine).trains_on_workers and one_worker(engine).driver_gpus == 1
+    [refusal] = [finding for finding in check(TrainingRequest(engine, 1, 8), one_worker(engine)) if finding.is_error]
+    assert refusal.rule == "preflight-gpus-missing"
+    assert refusal.message == ("the job asks for 1 node(s) x 8 GPU(s), but each executor "
+                               "(spark.executor.resource.gpu.amount) has 4 GPU(s)")
+    assert "preflight-gpu-task-amount" in rules(TrainingRequest(engine, 1, 4), cluster(
+        driver_gpus=4, workers=1, conf={**MULTI_NODE_CONF, "spark.task.resource.gpu.amount": "0.5"}))
+
+
+def test_only_a_cluster_with_workers_trains_off_the_driver():
+    """Spark's own test for a local master (Utils.isLocalMaster): local-cluster[...] has executors of its own."""
+    assert not cluster(master="local[*, 4]", workers=0).trains_on_workers
+    assert not cluster(master="local", workers=0).trains_on_workers
+    assert not cluster(workers=0).trains_on_workers  # a standalone master whose workers are not up
+    assert cluster(master="local-cluster[1,2,1024]", workers=1).trains_on_workers
+    assert cluster(workers=1).trains_on_workers

@@ -1,7 +1,7 @@
 """Preflight: before any training starts, what the job asked for against what the cluster really has.
 
 Run at the start of `train` on the driver. The cluster's own settings go through the same guards as the template
-answers and `validate`; on top, the hardware the driver (one node) or the executors see must match the job's request."""
+answers and `validate`; on top, the hardware the ranks run on, the driver's or the executors', must match the job's."""
 
 from dataclasses import dataclass
 
@@ -14,7 +14,7 @@ NODE_TYPE_CONF = "spark.databricks.clusterUsageTags.clusterNodeType"  # the work
 DRIVER_NODE_TYPE_CONF = "spark.databricks.clusterUsageTags.driverNodeType"
 WORKERS_CONF = "spark.databricks.clusterUsageTags.clusterWorkers"
 SPARK_VERSION_CONF = "spark.databricks.clusterUsageTags.sparkVersion"  # e.g. 17.3.x-gpu-ml-scala2.13
-EXECUTOR_GPUS_CONF = "spark.executor.resource.gpu.amount"  # a worker's GPUs, on a multi-node GPU cluster
+EXECUTOR_GPUS_CONF = "spark.executor.resource.gpu.amount"  # a worker's GPUs, on a GPU cluster with workers
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,12 @@ class ObservedCluster:
     driver_node_type_id: str | None = None
 
     @property
-    def single_node(self) -> bool:
-        return self.master.startswith("local")
+    def single_node(self) -> bool:  # Spark's Utils.isLocalMaster: local-cluster[...] has executors of its own
+        return self.master == "local" or self.master.startswith("local[")
+
+    @property
+    def trains_on_workers(self) -> bool:  # where the ranks run: a cluster with workers on them, else on the driver
+        return not self.single_node and self.workers > 0
 
 
 def observe(spark) -> ObservedCluster:
@@ -74,21 +78,18 @@ def _hardware_findings(request: TrainingRequest, observed: ObservedCluster):
     if request.num_nodes > 1 and not observed.single_node and observed.workers < request.num_nodes:
         yield Finding("preflight-too-few-workers", f"{wants}, but the cluster has {observed.workers} worker(s)",
                       f"pass --num-nodes {max(observed.workers, 1)}, or raise the job cluster's num_workers")
-    if request.num_nodes == 1 and observed.driver_gpus < request.gpus_per_node:
-        yield Finding("preflight-gpus-missing", f"{wants}, but the driver sees {observed.driver_gpus} GPU(s)",
-                      f"pass --gpus-per-node {observed.driver_gpus}, or run on a node type with "
-                      f"{request.gpus_per_node} GPUs")
-    if request.num_nodes > 1 and request.gpus_per_node > 0:
-        executor_gpus = observed.spark_conf.get(EXECUTOR_GPUS_CONF)
-        if executor_gpus is not None and int(float(executor_gpus)) < request.gpus_per_node:
-            yield Finding("preflight-gpus-missing", f"{wants}, but each executor has {executor_gpus} GPU(s) "
-                          "(spark.executor.resource.gpu.amount)",
-                          f"pass --gpus-per-node {executor_gpus}, or use a node type with more GPUs")
+    # the GPUs of the node(s) the ranks run on (None: not known)
+    gpus = observed.spark_conf.get(EXECUTOR_GPUS_CONF) if observed.trains_on_workers else observed.driver_gpus
+    if gpus is not None and int(float(gpus)) < request.gpus_per_node:
+        seen = f"each executor ({EXECUTOR_GPUS_CONF}) has" if observed.trains_on_workers else "the driver sees"
+        yield Finding("preflight-gpus-missing", f"{wants}, but {seen} {gpus} GPU(s)",
+                      f"pass --gpus-per-node {gpus}, or use a node type with {request.gpus_per_node} GPUs")
+    if observed.trains_on_workers and request.gpus_per_node > 0:
         wanted = REQUIREMENTS[request.engine].task_gpu_amount if request.engine in REQUIREMENTS else None
         actual = observed.spark_conf.get("spark.task.resource.gpu.amount")
         if wanted is not None and actual is not None and float(actual) != float(wanted):
             yield Finding("preflight-gpu-task-amount", f"{request.engine} needs spark.task.resource.gpu.amount "
-                          f"{wanted} on a multi-node GPU cluster; this cluster has {actual}",
+                          f"{wanted} on a GPU cluster with workers; this cluster has {actual}",
                           f'set spark.task.resource.gpu.amount: "{wanted}" in the job cluster\'s spark_conf')
 
 

@@ -1,8 +1,8 @@
 """Train with DeepspeedTorchDistributor: the same loop, DeepSpeed's engine (ZeRO) making the updates.
 
 The DeepSpeed distributor is TorchDistributor with a DeepSpeed config, for models limited by memory; placement is the
-same: one node (`localMode=True`, a process per GPU of the driver) unless more are asked for (`localMode=False`,
-`numGpus` per node x `nnodes`). Without GPUs the processes run on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu).
+same: on a single-node cluster a process per GPU of the driver (`localMode=True`), else `numGpus` per node x `nnodes`
+on the workers (`localMode=False`). Without GPUs the processes run on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu).
 The config comes from the run's options (ZeRO stage, offload, precision, batch sizes, clipping; the optimizer and
 schedule are the loop's), optionally over one `advise` printed (--deepspeed-config), checked with DeepSpeed's own
 classes before anything starts and written to OUTPUT_DIR/deepspeed_config.json.
@@ -60,11 +60,11 @@ class DeepSpeedEngine(TorchDistributorEngine):
             build_cpu_communication_op()
 
         return DeepspeedTorchDistributor(numGpus=where.processes_per_node, nnodes=where.nodes,
-                                         localMode=where.nodes == 1, useGpu=where.use_gpu,
+                                         localMode=not where.on_workers, useGpu=where.use_gpu,
                                          deepspeedConfig=os.path.join(config.output_dir, CONFIG_FILE))
 
     def describe(self, where: Placement) -> str:
-        mode = "on the driver (localMode=True)" if where.nodes == 1 else "on the executors (localMode=False)"
+        mode = "on the executors (localMode=False)" if where.on_workers else "on the driver (localMode=True)"
         return (f"DeepspeedTorchDistributor, {where.describe()} {mode}, "
                 f"{'NCCL' if where.use_gpu else 'gloo, DeepSpeed CPU accelerator'}")
 

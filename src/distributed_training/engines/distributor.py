@@ -1,7 +1,7 @@
 """The torch launcher on Spark: the shared loop under DDP on every process TorchDistributor (pyspark.ml.torch) starts,
-one per driver GPU on one node (`local_mode=True`: single node first), else one per executor GPU (`local_mode=False`,
-`spark.task.resource.gpu.amount` 1; preflight). The DeepSpeed engine specialises it (deepspeed.py). TorchDistributor
-pickles what it runs to the workers: the module-level `training.loop.train` and the run's `Config`."""
+one per driver GPU on a single-node cluster (`local_mode=True`), else one per executor GPU, of one worker or more
+(`local_mode=False`, `spark.task.resource.gpu.amount` 1; preflight); DeepSpeed's engine specialises it. It pickles
+what it runs to the workers: the module-level `training.loop.train` and the run's `Config`."""
 
 import os
 
@@ -32,10 +32,10 @@ class TorchDistributorEngine(Engine):
     def distributor(self, config: Config, where: Placement):
         from pyspark.ml.torch.distributor import TorchDistributor
 
-        return TorchDistributor(num_processes=where.world_size, local_mode=where.nodes == 1, use_gpu=where.use_gpu)
+        return TorchDistributor(num_processes=where.world_size, local_mode=not where.on_workers, use_gpu=where.use_gpu)
 
     def describe(self, where: Placement) -> str:
-        mode = "on the driver (local_mode=True)" if where.nodes == 1 else "on the executors (local_mode=False)"
+        mode = "on the executors (local_mode=False)" if where.on_workers else "on the driver (local_mode=True)"
         return f"TorchDistributor, {where.describe()} {mode}, {'NCCL' if where.use_gpu else 'gloo'}"
 
 

@@ -1,11 +1,12 @@
 """Train with Ray Train: the shared loop on every worker of a `TorchTrainer`, on a Ray cluster started for the run.
 
 Where Ray runs, following the platform's advice (single node first):
-- one node: a Ray of its own on the driver (`ray.init(address="local")`), one training worker per GPU it has (or N
-  CPU workers, --processes);
-- several nodes: Ray on Spark (`ray.util.spark.setup_ray_cluster`), one Ray worker node per Spark worker, as large as
-  the node type. Spark tasks must hold no GPU while Ray runs, so the job cluster keeps `spark.task.resource.gpu.amount`
-  at 0 (the guards and the preflight check it). The Ray head node runs on the driver and trains nothing;
+- a single-node cluster: a Ray of its own on the driver (`ray.init(address="local")`), one training worker per GPU it
+  has (or N CPU workers, --processes);
+- a cluster with workers, even one: Ray on Spark (`ray.util.spark.setup_ray_cluster`), one Ray worker node per Spark
+  worker, as large as the node type. Spark tasks must hold no GPU while Ray runs, so the job cluster keeps
+  `spark.task.resource.gpu.amount` at 0 (the guards and the preflight check it). The Ray head node runs on the driver
+  and trains nothing;
 - `--local`: Ray on Spark on a local Spark whose executors are processes of their own (`local-cluster[N,1,2048]`).
 Ray is shut down when training ends, either way; Ray on Spark collects its nodes' logs under the output folder.
 Ray Train starts the process group the loop uses; the loop's checkpoints (OUTPUT_DIR/checkpoints) are Ray Train's
@@ -66,12 +67,11 @@ def ray_placement(config: Config, node_vcpus: int | None = None) -> RayPlacement
     if config.local:  # the multi-node path on this machine: one one-CPU Ray node per worker
         return RayPlacement(where.world_size, use_gpu=False, worker_nodes=where.world_size, cpus_per_node=1,
                             gpus_per_node=0)
-    if where.nodes == 1:
+    if not where.on_workers:
         return RayPlacement(where.world_size, where.use_gpu, worker_nodes=0)
-    if node_vcpus is None:  # Ray on Spark takes both counts or neither
-        return RayPlacement(where.world_size, where.use_gpu, worker_nodes=where.nodes)
+    # Ray on Spark takes both counts or neither
     return RayPlacement(where.world_size, where.use_gpu, worker_nodes=where.nodes, cpus_per_node=node_vcpus,
-                        gpus_per_node=config.gpus_per_node)
+                        gpus_per_node=None if node_vcpus is None else config.gpus_per_node)
 
 
 class RayEngine(Engine):
@@ -137,10 +137,7 @@ def ray_running(where: RayPlacement, logs_dir: str):
 
 
 def fit(config: Config, environment: dict[str, str], where: RayPlacement) -> dict:
-    """Run `training.loop.train(config)` on every Ray Train worker of a running Ray cluster; the metrics come back.
-
-    The loop's checkpoint folder is also Ray Train's run folder, and the final checkpoint is registered with Ray
-    Train where it lies (no copy)."""
+    """Run `training.loop.train(config)` on every Ray Train worker of a running Ray cluster; the metrics come back."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
