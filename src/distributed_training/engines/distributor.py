@@ -44,7 +44,7 @@ def run_on_a_rank(train_function, failures_dir: str, *args):
     each node's local rank 0 returns; the others (done, their group closed) leave at once: `distributed.leave_now`."""
     from ..training import distributed
 
-    result = failures.run_recording_failure(train_function, failures_dir, *args)
+    result = failures.run_recording_failure(train_function, failures_dir, *args, exit_quietly=True)
     if os.environ.get("LOCAL_RANK", "0") != "0":
         distributed.leave_now()
     return result

@@ -1,28 +1,38 @@
 """A worker's failure, brought back to the driver as one line: distributors stream the workers' output but not why one
-failed (TorchDistributor says only that training failed), so each rank records its exception in a shared folder."""
+failed (TorchDistributor says only that training failed), so each rank records its exception in a shared folder. A
+failure met inside torch.distributed (gloo's "connection closed") most likely echoes a peer's: the others come first."""
 
 import os
 import shutil
+import sys
+import traceback
 from typing import Callable
 
-FAILURES_DIR = "failures"  # under the output folder, which every rank reaches
+FAILURES_DIR, ECHO = "failures", "collective-"  # under the output folder, which every rank reaches; an echo's prefix
 
 
-def run_recording_failure(train_function, failures_dir: str, *args):
+def run_recording_failure(train_function, failures_dir: str, *args, exit_quietly: bool = False):
+    """With `exit_quietly`, a rank whose failure is expected (ours, a ValueError) or an echo exits without its
+    traceback: the driver prints the failure's line."""
     try:
         return train_function(*args)
     except Exception as error:
         os.makedirs(failures_dir, exist_ok=True)
         rank = os.environ.get("RANK", "0")
-        with open(os.path.join(failures_dir, f"rank-{rank}.txt"), "w") as file:
+        echo = f"{os.sep}torch{os.sep}distributed{os.sep}" in traceback.extract_tb(error.__traceback__)[-1].filename
+        with open(os.path.join(failures_dir, f"{ECHO if echo else ''}rank-{rank}.txt"), "w") as file:
             file.write(f"rank {rank}: {type(error).__name__}: {error}")
+        ours = type(error).__module__.split(".")[0] == __name__.split(".")[0]
+        if exit_quietly and (echo or ours or isinstance(error, ValueError)):
+            sys.exit(1)
         raise
 
 
 def first_failure(failures_dir: str) -> str | None:
-    """The failure recorded first, and how many other ranks failed after it; None when none was recorded."""
+    """The failure recorded first (echoes last), and how many other ranks failed; None when none was recorded."""
     names = os.listdir(failures_dir) if os.path.isdir(failures_dir) else []
-    paths = sorted((os.path.join(failures_dir, name) for name in names), key=os.path.getmtime)
+    paths = sorted((os.path.join(failures_dir, name) for name in names),
+                   key=lambda path: (os.path.basename(path).startswith(ECHO), os.path.getmtime(path)))
     if not paths:
         return None
     with open(paths[0]) as file:

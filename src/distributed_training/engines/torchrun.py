@@ -21,7 +21,7 @@ from ..run_folder import FolderInUse, announce_finished, held
 from ..training.checkpoints import refusal_to_resume
 from ..staging import stage
 from ..task_interface import load_task
-from . import LaunchError
+from . import LaunchError, failures
 
 HANDOFF_DIR, CONFIG_FILE, COMMAND_FILE = "torchrun", "config.json", "command.sh"
 CONFIG_TAG = "torchrun_config"
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         from ..training import distributed
         from ..training.loop import train
 
-        train(config)  # its results are written and its process group closed when it returns
+        # its results are written and its process group closed when it returns; a failure recorded for the parent
+        failures.run_recording_failure(train, failures.folder(config.output_dir), config, exit_quietly=True)
         distributed.leave_now()  # past the native teardown, where a finished gloo rank was seen to abort
     if announce_finished(config):
         return 0
@@ -167,10 +168,13 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ["DS_ACCELERATOR"] = "cpu"  # CPU processes: DeepSpeed must not look for CUDA
                 build_cpu_communication_op()  # a LaunchError when it does not build
             print("+ " + shlex.join(command), flush=True)
-            os.execv(command[0], command)  # become torchrun, which keeps the folder's lock (when held) until it exits
+            from torch.distributed.run import parse_args, run  # torchrun's main, here: its failure becomes one line
+
+            failures.reported(lambda: run(parse_args(command[3:])), config.output_dir, placement(config).describe())
     except (FolderInUse, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    return 0
 
 
 if __name__ == "__main__":
