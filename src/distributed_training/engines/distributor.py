@@ -1,7 +1,5 @@
-"""The torch launcher on Spark: the shared loop under DDP on every process TorchDistributor (pyspark.ml.torch) starts,
-one per driver GPU on one node (`local_mode=True`: single node first), else one per executor GPU (`local_mode=False`,
-`spark.task.resource.gpu.amount` 1; preflight). The DeepSpeed engine specialises it (deepspeed.py). TorchDistributor
-pickles what it runs to the workers: the module-level `training.loop.train` and the run's `Config`."""
+"""The shared loop under DDP on each process TorchDistributor starts: a driver GPU's on one node (`local_mode=True`),
+else an executor GPU's; deepspeed.py specialises it. It pickles the module-level `training.loop.train` and `Config`."""
 
 import os
 
@@ -40,8 +38,7 @@ class TorchDistributorEngine(Engine):
 
 
 def run_on_a_rank(train_function, failures_dir: str, *args):
-    """The loop on every process of the distributor, its failure recorded for the driver. The distributor reads what
-    each node's local rank 0 returns; the others (done, their group closed) leave at once: `distributed.leave_now`."""
+    """The loop, its failure recorded; a rank other than a node's first (whose result is read) leaves at once."""
     from ..training import distributed
 
     result = failures.run_recording_failure(train_function, failures_dir, *args, exit_quietly=True)

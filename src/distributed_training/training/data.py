@@ -1,6 +1,5 @@
-"""Staged data as the ranks see it: parquet files on a shared folder, a file per process and split, which each rank
-reads with pyarrow (token ids: memory-mapped from a copy on its node's local disk), and the manifest that describes
-them. Nothing here needs Spark or torch (the stage task has no torch, torchrun's processes no Spark)."""
+"""Staged data as the ranks read it (pyarrow; token ids memory-mapped from a copy on the node's local disk), and its
+manifest. Nothing here needs Spark or torch (the stage task has no torch, torchrun's processes no Spark)."""
 
 import contextlib
 import glob
@@ -79,7 +78,6 @@ def files_for_rank(files: list[str], rank: int, world_size: int) -> list[str]:
 
 
 def rank_files(directory: str, rank: int, world_size: int, require_rows: bool) -> tuple[list[str], list[str]]:
-    """(every file of the split, this rank's share of them)."""
     files = parquet_files(directory)
     if not files:
         raise FileNotFoundError(f"{directory} holds no parquet files: stage the data again")
@@ -94,27 +92,22 @@ def read_shard(directory: str, rank: int, world_size: int, require_rows: bool = 
     import pyarrow.parquet as pq
 
     files, mine = rank_files(directory, rank, world_size, require_rows)
-    if not mine:
-        with named_if_damaged(files[0]):
-            return pq.read_schema(files[0]).empty_table()
     tables = []
-    for path in mine:
+    for path in mine or files[:1]:  # no share: the split's columns, without rows
         with named_if_damaged(path):
-            tables.append(pq.read_table(path))
+            tables.append(pq.read_table(path) if mine else pq.read_schema(path).empty_table())
     return pa.concat_tables(tables)
 
 
 @contextlib.contextmanager
 def named_if_damaged(path: str):
-    """pyarrow's error reading a staged file (cut short, overwritten) as one line naming it, and the fix."""
     import pyarrow as pa
 
     try:
         yield
-    except (pa.ArrowException, OSError) as error:
-        staging = os.path.dirname(os.path.dirname(path))
+    except (pa.ArrowException, OSError) as error:  # a file cut short or overwritten
         raise ValueError(f"the staged file {path} is damaged ({str(error).splitlines()[0]}): stage the data again "
-                         f"(delete {staging}; the next run stages it anew)") from None
+                         f"(delete {os.path.dirname(os.path.dirname(path))}; the next run stages it anew)") from None
 
 
 def local_cache(staged_directory: str) -> str:
@@ -123,8 +116,7 @@ def local_cache(staged_directory: str) -> str:
 
 
 def mapped_tokens(directory: str, rank: int, world_size: int, dtype: str, require_rows: bool, local_copy: str):
-    """This rank's token ids memory-mapped from `local_copy`, written first if absent or damaged (earlier stagings'
-    copies go)."""
+    """This rank's token ids mapped from `local_copy`, written first if absent or damaged (earlier stagings' go)."""
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -157,6 +149,5 @@ def copied_ids(local_copy: str, itemsize: int) -> int | None:
         size = file.seek(0, os.SEEK_END)
         file.seek(max(size - COUNT_BYTES, 0))
         count = int.from_bytes(file.read(), "little")
-        if size == COUNT_BYTES + count * itemsize:
-            return count
-    return None
+        return count if size == COUNT_BYTES + count * itemsize else None
+    return None  # absent
