@@ -1,5 +1,4 @@
-"""`score --model RUN_DIR`: a finished run's model applied on Spark's Python workers (a model each) to every row of a
-table once, or to the run's held-out rows; the output replaced whole, never appended to (README)."""
+"""`score --model RUN_DIR`: a run's model on Spark's Python workers over each row of a table once (README)."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-table", metavar="TABLE", help="a table or parquet path (default RUN_DIR/scores)")
     parser.add_argument("--rows", choices=("all", "held-out"), default="all", help="each row once, or the held-out set")
     parser.add_argument("--batch-size", type=whole(1, 1 << 20), default=512, help="rows a model call (default 512)")
-    parser.add_argument("--models-per-gpu", type=whole(1, 64), default=1, help="on one node: the model copies (Python "
-                        "workers) each GPU holds at once (default 1; more for a small model)")
+    parser.add_argument("--models-per-gpu", type=whole(1, 64), default=1, help="models a GPU holds, on one node")
     parser.add_argument("--task", default=DEFAULT_TASK, help="the task the run must have trained")
     parser.add_argument("--local", action="store_true", help="score on local Spark, on this machine's CPU")
     return parser
@@ -74,8 +72,7 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
                            f"{args.table}: drop one of them")
     output = args.output_table or os.path.join(run_dir, "scores")
     if looks_like_path(output) and os.path.exists(output) and not os.path.isdir(output):
-        raise ScoringError(f"--output-table {output} is a file, and score replaces its output whole with a folder of "
-                           "parquet files: name a new path, or a folder of earlier scores")
+        raise ScoringError(f"--output-table {output} is a file, where score writes a folder: name a new path")
     common = dict(run_dir=run_dir, engine=metrics.get("engine"), output=output, held_out=args.rows == "held-out",
                   batch_size=args.batch_size, models_per_gpu=args.models_per_gpu)
     if metrics.get("engine") == SPARK_ML_ENGINE:  # its own pipeline, whatever the project's task
@@ -179,8 +176,7 @@ def scored(spark, scoring: Scoring):
 
 
 def every_row_once(table, score_rows, outputs: list[str]):
-    """Each row scored where the task keeps it, joined back by a key of its content (which, unlike a row number,
-    two reads of the table agree on), null where the task drops it."""
+    """Each row scored, joined back by a key of its content (two reads agree on it, not on a row number)."""
     keyed = table.withColumn(ROW, row_key(table))
     scores = score_rows(keyed, keep=(ROW,)).select(ROW, *outputs).dropDuplicates([ROW])
     return keyed.join(scores, ROW, "left").select(*[name for name in table.columns if name not in outputs], *outputs)

@@ -1,6 +1,6 @@
-"""Stage the training data with Spark (no torch): the task's rows, a seeded train/held-out split, its statistics, and a
-parquet file per process and split, in a folder every rank sees. A rerun reuses what the same task, options, seed,
-processes and source (`fingerprint`) staged; a changed source is staged again, or refused where checkpoints resume."""
+"""Stage the training data with Spark (no torch): the task's rows, split, its statistics, a parquet file per process."""
+# In a folder every rank sees. A rerun reuses what the same task, options, seed, processes and source (`fingerprint`)
+# staged; a changed source is staged again, or refused where checkpoints would resume on it.
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The shared loop under DDP on each process TorchDistributor starts: a driver GPU's on one node (`local_mode=True`),
-else an executor GPU's; deepspeed.py specialises it. It pickles the module-level `training.loop.train` and `Config`."""
+"""The shared loop under DDP on each process TorchDistributor starts (a GPU's); deepspeed.py specialises it."""
 
 import os
 
@@ -37,6 +36,7 @@ class TorchDistributorEngine(Engine):
         return f"TorchDistributor, {where.describe()} {mode}, {'NCCL' if where.use_gpu else 'gloo'}"
 
 
+# TorchDistributor pickles what it runs to the workers: the module-level `training.loop.train` and the run's `Config`.
 def run_on_a_rank(train_function, failures_dir: str, *args):
     """The loop, its failure recorded; a rank other than a node's first (whose result is read) leaves at once."""
     from ..training import distributed

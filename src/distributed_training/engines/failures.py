@@ -1,5 +1,4 @@
-"""A rank's failure, recorded in a shared folder for the driver's one line (distributors do not say why one failed). A
-failure met inside torch.distributed (gloo's "connection closed") most likely echoes a peer's: the others come first."""
+"""A rank's failure, recorded in a shared folder for the driver's one line (distributors do not say why one failed)."""
 
 import glob
 import os
@@ -19,6 +18,7 @@ def run_recording_failure(train_function, failures_dir: str, *args, exit_quietly
         return train_function(*args)
     except Exception as error:
         rank = os.environ.get("RANK", "0")
+        # met inside torch.distributed (gloo's "connection closed"): most likely a peer's failure echoed
         echo = f"{os.sep}torch{os.sep}distributed{os.sep}" in traceback.extract_tb(error.__traceback__)[-1].filename
         write_text(os.path.join(failures_dir, f"{ECHO if echo else ''}rank-{rank}.txt"),
                    f"rank {rank}: {type(error).__name__}: {error}")
@@ -29,7 +29,7 @@ def run_recording_failure(train_function, failures_dir: str, *args, exit_quietly
 
 
 def first_failure(failures_dir: str) -> str | None:
-    """The failure recorded first (echoes last), and how many other ranks failed; None when none was recorded."""
+    """The failure recorded first, echoes after the others, and how many other ranks failed; None when none was."""
     paths = sorted(glob.glob(os.path.join(failures_dir, "*")),
                    key=lambda path: (os.path.basename(path).startswith(ECHO), os.path.getmtime(path)))
     if not paths:

@@ -1,6 +1,6 @@
-"""The shared loop under torchrun, on GPU nodes that have no Spark.
-`train --handoff-to-torchrun` stages, writes the run's config and names it in MLflow under its job run; a serverless
-GPU node, given no parameters, asks which job run its MLflow run belongs to: runs never take each other's (README)."""
+"""The shared loop under torchrun, on GPU nodes that have no Spark."""
+# `train --handoff-to-torchrun` stages, writes the run's config and names it in MLflow under its job run; a serverless
+# GPU node, given no parameters, asks which job run its MLflow run belongs to: runs never take each other's (README).
 
 import argparse
 import contextlib

@@ -1,5 +1,4 @@
-"""Staged data as the ranks read it (pyarrow; token ids memory-mapped from a copy on the node's local disk), and its
-manifest. Nothing here needs Spark or torch (the stage task has no torch, torchrun's processes no Spark)."""
+"""Staged data as the ranks read it, and its manifest: no Spark or torch here (the stage task has no torch)."""
 
 import contextlib
 import glob
@@ -125,14 +124,13 @@ def mapped_tokens(directory: str, rank: int, world_size: int, dtype: str, requir
         _, mine = rank_files(directory, rank, world_size, require_rows)
 
         def copy(file) -> None:
-            written = 0
             for path in mine:
                 with named_if_damaged(path):
                     staged = pq.ParquetFile(path, memory_map=True, buffer_size=1 << 20)
                     for batch in staged.iter_batches(batch_size=16, columns=["tokens"], use_threads=False):
                         for stream in batch.column(0):
-                            written += file.write(stream.as_buffer())
-            file.write((written // itemsize).to_bytes(COUNT_BYTES, "little"))
+                            file.write(stream.as_buffer())
+            file.write((file.tell() // itemsize).to_bytes(COUNT_BYTES, "little"))
 
         stem = os.path.basename(local_copy).split("-", 1)[1]
         for earlier in glob.glob(os.path.join(os.path.dirname(local_copy), f"*-{stem}")):
@@ -144,7 +142,6 @@ def mapped_tokens(directory: str, rank: int, world_size: int, dtype: str, requir
 
 
 def copied_ids(local_copy: str, itemsize: int) -> int | None:
-    """The ids a local copy holds, as its last COUNT_BYTES say; None where it is absent or damaged (another size)."""
     with contextlib.suppress(FileNotFoundError), open(local_copy, "rb") as file:
         size = file.seek(0, os.SEEK_END)
         file.seek(max(size - COUNT_BYTES, 0))
