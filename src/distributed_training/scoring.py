@@ -1,4 +1,8 @@
 """`score --model RUN_DIR`: a run's model on Spark's Python workers over each row of a table once (README)."""
+# The model is model.pt, or a Spark ML run's pipeline; each row comes out once with the task's outputs (null where
+# `prepare` drops it), or only the run's held-out rows (`--rows held-out`); one model per Python worker (`mapInPandas`),
+# on the GPU Spark gives its task, or on one node `--models-per-gpu` a GPU, bf16 where supported. The output is
+# replaced whole, never appended to.
 
 from __future__ import annotations
 

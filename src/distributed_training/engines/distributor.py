@@ -1,4 +1,6 @@
 """The shared loop under DDP on each process TorchDistributor starts (a GPU's); deepspeed.py specialises it."""
+# One process per driver GPU on one node (`local_mode=True`: single node first), else one per executor GPU
+# (`local_mode=False`, `spark.task.resource.gpu.amount` 1; preflight).
 
 import os
 

@@ -1,6 +1,11 @@
 """The shared loop under torchrun, on GPU nodes that have no Spark."""
-# `train --handoff-to-torchrun` stages, writes the run's config and names it in MLflow under its job run; a serverless
-# GPU node, given no parameters, asks which job run its MLflow run belongs to: runs never take each other's (README).
+# Planned here (`train --handoff-to-torchrun`), carried out by `python -m <package>.engines.torchrun --config FILE`:
+# torchrun over this module's --worker. A serverless GPU job's `stage` task (Spark, no torch) runs `train --engine E
+# --handoff-to-torchrun --job-run-id {{job.run_id}}`: it stages the table into the job run's folder, writes the run's
+# config there and names it in the MLflow experiment as `torchrun_config.<job run id>`. Its `train` task, an
+# `ai_runtime_task`, runs `src/command.sh`, hence this module, on every node: the AI Runtime passes no parameters and
+# deploys the files once for all runs, but gives each attempt its own MLflow run (MLFLOW_RUN_ID), linked to its job
+# run; so a node asks which job run left a config, and two runs (or a repair after a later run) never take each other's.
 
 import argparse
 import contextlib

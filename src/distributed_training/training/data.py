@@ -1,4 +1,6 @@
 """Staged data as the ranks read it, and its manifest: no Spark or torch here (the stage task has no torch)."""
+# Parquet files on a shared folder, a file per process and split, which each rank reads with pyarrow (token ids:
+# memory-mapped from a copy on its node's local disk); torchrun's processes have no Spark.
 
 import contextlib
 import glob
