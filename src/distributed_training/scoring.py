@@ -1,7 +1,8 @@
-"""`score --model RUN_DIR`: a finished run's model (model.pt, or a Spark ML run's pipeline) applied on Spark's workers
-to every row of a table, each row once with the task's outputs (null where `prepare` drops it), or to the run's
-held-out rows (`--rows held-out`); one model per Python worker (`mapInPandas`), on the GPU Spark gives its task, or on
-one node `--models-per-gpu` a GPU, bf16 where supported. The output is replaced whole, never appended to."""
+"""`score --model RUN_DIR`: a run's model on Spark's Python workers over each row of a table once (README)."""
+# The model is model.pt, or a Spark ML run's pipeline; each row comes out once with the task's outputs (null where
+# `prepare` drops it), or only the run's held-out rows (`--rows held-out`); one model per Python worker (`mapInPandas`),
+# on the GPU Spark gives its task, or on one node `--models-per-gpu` a GPU, bf16 where supported. The output is
+# replaced whole, never appended to.
 
 from __future__ import annotations
 
@@ -22,8 +23,7 @@ from .task_interface import TaskError, load_task
 from .training.data import StagedData
 
 ROW = "_score_row"  # each input row's key, while it is scored
-_models: dict = {}  # in each Python worker: the model it loaded, by model.pt's path and time (a longer rerun of
-# the run rewrites it)
+_models: dict = {}  # in each Python worker: the model it loaded, by model.pt's path and time (a rerun rewrites it)
 
 
 class ScoringError(ValueError):
@@ -54,15 +54,13 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-table", metavar="TABLE", help="a table or parquet path (default RUN_DIR/scores)")
     parser.add_argument("--rows", choices=("all", "held-out"), default="all", help="each row once, or the held-out set")
     parser.add_argument("--batch-size", type=whole(1, 1 << 20), default=512, help="rows a model call (default 512)")
-    parser.add_argument("--models-per-gpu", type=whole(1, 64), default=1, help="on one node: the model copies (Python "
-                        "workers) each GPU holds at once (default 1; more for a small model)")
+    parser.add_argument("--models-per-gpu", type=whole(1, 64), default=1, help="models a GPU holds, on one node")
     parser.add_argument("--task", default=DEFAULT_TASK, help="the task the run must have trained")
     parser.add_argument("--local", action="store_true", help="score on local Spark, on this machine's CPU")
     return parser
 
 
 def parse(argv: list[str]) -> tuple[Scoring, bool]:
-    """The request and --local, from the command line and what the run's folder says, before Spark starts."""
     args = parser().parse_args(argv)
     args.model = ([model for model in args.model if model] or [""])[-1]  # a job's model parameter, after its run's
     run_dir = run_folder_of(args.model)
@@ -78,8 +76,7 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
                            f"{args.table}: drop one of them")
     output = args.output_table or os.path.join(run_dir, "scores")
     if looks_like_path(output) and os.path.exists(output) and not os.path.isdir(output):
-        raise ScoringError(f"--output-table {output} is a file, and score replaces its output whole with a folder of "
-                           "parquet files: name a new path, or a folder of earlier scores")
+        raise ScoringError(f"--output-table {output} is a file, where score writes a folder: name a new path")
     common = dict(run_dir=run_dir, engine=metrics.get("engine"), output=output, held_out=args.rows == "held-out",
                   batch_size=args.batch_size, models_per_gpu=args.models_per_gpu)
     if metrics.get("engine") == SPARK_ML_ENGINE:  # its own pipeline, whatever the project's task
@@ -101,9 +98,8 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
     try:  # here, not first in a Spark job
         _load(task, model, options, staged.stats, "cpu")
     except Exception as error:  # torch's, in many shapes: a file cut short or overwritten, another model's weights
-        raise ScoringError(f"{model} does not load as the model of {staged.task} ({type(error).__name__}: "
-                           f"{str(error).strip().splitlines()[0]}): it is damaged, or another model's; train the run "
-                           "again (another --output-dir) to score with") from None
+        raise ScoringError(f"{model} does not load ({type(error).__name__}: {str(error).strip().splitlines()[0]}): "
+                           f"it is damaged, or not a model of {staged.task}; train the run again to score") from None
     return Scoring(**common, task=staged.task, options=options, stats=staged.stats, seed=staged.recipe["seed"],
                    table=args.table or staged.source, source=staged.recipe), args.local
 
@@ -124,7 +120,6 @@ def run_folder_of(model: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m <package> score ...`; the exit code: 0 scored, 1 failed, 2 bad options."""
     try:
         scoring, local = parse(sys.argv[1:] if argv is None else argv)
     except (ScoringError, TaskError, FileNotFoundError, ValueError) as error:
@@ -139,11 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         rows = write(scored(spark, scoring), scoring.output)
-    except (ScoringError, TableError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except spark_errors() as error:
-        print(f"error: scoring {scoring.table!r} failed: {cause(error)}", file=sys.stderr)
+    except (ScoringError, TableError, *spark_errors()) as error:
+        ours = isinstance(error, (ScoringError, TableError))
+        print(f"error: {error if ours else f'scoring {scoring.table!r} failed: {cause(error)}'}", file=sys.stderr)
         return 1
     finally:
         if local:
@@ -169,7 +162,6 @@ def _session(scoring: Scoring, local: bool):
 
 
 def scored(spark, scoring: Scoring):
-    """The scored rows (lazy): each row of the table once, or the held-out rows as prepared; the outputs beside."""
     if scoring.engine == SPARK_ML_ENGINE:
         from .engines.spark_ml_connect import DEFAULT_TABLE, PREDICTION, scored_by_pipeline
 
@@ -188,8 +180,7 @@ def scored(spark, scoring: Scoring):
 
 
 def every_row_once(table, score_rows, outputs: list[str]):
-    """Each row keyed by its content, scored where the task keeps it, joined back by the key (null where it drops it):
-    the two reads of the table agree on a row's key however they split the files, unlike a row number."""
+    """Each row scored, joined back by a key of its content (two reads agree on it, not on a row number)."""
     keyed = table.withColumn(ROW, row_key(table))
     scores = score_rows(keyed, keep=(ROW,)).select(ROW, *outputs).dropDuplicates([ROW])
     return keyed.join(scores, ROW, "left").select(*[name for name in table.columns if name not in outputs], *outputs)
@@ -204,7 +195,6 @@ def row_key(table):
 
 
 def scored_by_model(table, task, scoring: Scoring, keep=()):
-    """The task's prepared rows (held out, or all) with its outputs, scored on the Python workers."""
     try:
         rows = task.prepare(table, scoring.options, keep=keep)
     except ValueError as error:
@@ -219,8 +209,7 @@ def scored_by_model(table, task, scoring: Scoring, keep=()):
 
 
 def shared_gpus(spark) -> int:
-    """The GPUs the workers share by partition: one node's (local mode schedules no GPUs, and runs a task a core); 0
-    where Spark gives each task its own (spark.task.resource.gpu.amount, several nodes) or there are none."""
+    """One node's GPUs, which local mode shares by partition (it schedules none); 0 where Spark gives a task its own."""
     if spark.conf.get("spark.master", "local").startswith("local"):
         import torch
 
@@ -235,7 +224,6 @@ def shared_gpus(spark) -> int:
 
 
 def gpu_of(context, gpus: int) -> int | None:
-    """The GPU of a worker's model: its task's, else (one node) its partition's, else none."""
     assigned = context.resources().get("gpu") if context else None
     if assigned and assigned.addresses:
         return int(assigned.addresses[0])
@@ -243,7 +231,6 @@ def gpu_of(context, gpus: int) -> int | None:
 
 
 def score_batches(batches, run_dir: str, task_module: str, options, stats: dict, batch_size: int, gpus: int = 0):
-    """In a Python worker: each batch of rows with its outputs, the model loaded once per worker."""
     import pandas as pd
     import torch
     from pyspark import TaskContext
@@ -274,7 +261,6 @@ def _load(task, path: str, options, stats: dict, device):
 
 
 def write(rows, output: str) -> int:
-    """The scores written, replacing what `output` held; the number of rows (from what was written)."""
     if not looks_like_path(output):
         rows.write.mode("overwrite").option("overwriteSchema", "true").saveAsTable(output)
         return rows.sparkSession.table(output).count()

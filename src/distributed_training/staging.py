@@ -1,8 +1,6 @@
-"""Stage the training data with Spark (no torch): the task's rows, a seeded train/held-out split, the task's statistics,
-and one parquet file per process and split, in a folder every rank sees (a Unity Catalog volume on a cluster); a task
-with `tokenize` is tokenized here, once. A retry or a repair reuses data staged from the same source (a Delta table's
-version, else its files' names, sizes and write times), task options, seed and processes. A changed source is staged
-again, unless the run has checkpoints to resume (trained on the old data): then it is refused, with the reason."""
+"""Stage the training data with Spark (no torch): the task's rows, split, its statistics, a parquet file per process."""
+# In a folder every rank sees. A rerun reuses what the same task, options, seed, processes and source (`fingerprint`)
+# staged; a changed source is staged again, or refused where checkpoints would resume on it.
 
 from __future__ import annotations
 
@@ -34,7 +32,6 @@ class TableError(ValueError):
 
 
 def looks_like_path(source: str) -> bool:
-    """A table name is `catalog.schema.table` (or shorter); anything with a slash or a scheme is a path."""
     return "/" in source or ":" in source or source.endswith(".parquet")
 
 
@@ -66,8 +63,7 @@ def cause(error: Exception) -> str:
 
 
 def held_out(prepared, seed: int):
-    """Whether a prepared row is held out, by a seeded hash of its content: the same rows however the table is read
-    (score's --rows held-out finds them again), identical rows on one side."""
+    """A seeded hash of a prepared row: the same rows however the table is read, identical rows on one side."""
     from pyspark.sql import functions as F
 
     columns = [column(name) for name in prepared.columns]
@@ -88,8 +84,7 @@ def split(prepared, seed: int):
 
 
 def fingerprint(spark, source: str, table) -> dict:
-    """A Delta table's version; else its files' names, and where this machine sees them, sizes and write times (a file
-    rewritten in place keeps its name, maybe its size)."""
+    """A Delta table's version; else its files' names, sizes and write times (a rewrite in place keeps the names)."""
     from pyspark.errors import PySparkException
 
     if not looks_like_path(source):
@@ -172,7 +167,6 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
 
 
 def check_windows(task, config: Config, train_rows: int, world_size: int) -> None:
-    """Refuse an epoch shorter than one accumulation window where the rows tell (a row an example, without tokenize)."""
     batches = math.ceil(train_rows // world_size / config.batch_size)
     if not hasattr(task, "tokenize") and batches < config.grad_accumulation:
         raise TableError(f"{config.table!r} leaves {train_rows} training row(s): {batches} batch(es) of "
@@ -194,8 +188,8 @@ def tokenized(rows, tokenize, options):
 
 
 def remove_old_staging(output_dir: str, keep_days: int) -> None:
-    """Remove the staged rows (a table's copy) of the runs beside this one that finished over `keep_days` ago (0: none),
-    not of a run that has not (a retry resumes it on them) or that trains now (held); `score` reads the manifest, kept."""
+    """Remove the staged rows (not the manifest, which score reads) of the runs beside this one that finished over
+    `keep_days` ago (0: none), not of one that has not (a retry resumes on them) or that trains now (held)."""
     parent, cutoff = os.path.dirname(output_dir.rstrip("/")), time.time() - keep_days * 86_400
     for name in sorted(os.listdir(parent)) if keep_days else ():
         run = os.path.join(parent, name)

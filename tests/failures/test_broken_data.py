@@ -1,6 +1,8 @@
 """`train --table PATH` on data that cannot be trained on: text that is not UTF-8, files that are not parquet, a
 folder with nothing in it, a column of the wrong type. Each case goes through the entry point and ends in one error
 line that names the table, the column or file, and the fix: exit 1, no traceback, nothing of Py4J, nothing written.
+Files the product wrote and something damaged afterwards: a staged file is one line naming it and the fix, a rank's
+node-local copy of its tokens is made again.
 
 In process, on the shared Spark session (the run's local session is that one, left running); through the command
 line for the cases that used to end in a Java or pyarrow stack. The matrix is counted so it cannot shrink quietly."""
@@ -8,6 +10,7 @@ line for the cases that used to end in a Java or pyarrow stack. The matrix is co
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -136,3 +139,102 @@ def test_the_command_reports_broken_data_in_one_line(case, tmp_path):
 
 def test_the_matrix_keeps_its_cases():
     assert len(CASES) >= MIN_CASES and len({case.name for case in CASES}) == len(CASES)
+
+
+# Files the product wrote, damaged afterwards (a copy stopped half way, a disk that lost a block). A staged file is
+# named with what is wrong and the fix; a node-local copy of the tokens, which the product made itself, is made again.
+
+
+@pytest.fixture(scope="module")
+def staged_runs(spark, tmp_path_factory):
+    """A fare run and a language run staged for 2 processes, each case working on a copy of them."""
+    from support.runs import resolved_config, staged
+
+    folder = tmp_path_factory.mktemp("damaged")
+    return {task: staged(spark, resolved_config(folder / task.rsplit(".", 1)[-1], task), world_size=2, rows=600)[1]
+            for task in (FARE, LANGUAGE)}
+
+
+def cut_short(path: str) -> None:
+    with open(path, "r+b") as file:
+        file.truncate(os.path.getsize(path) // 2)
+
+
+def zeroed(path: str) -> None:
+    with open(path, "r+b") as file:
+        file.write(bytes(os.path.getsize(path)))
+
+
+@dataclass(frozen=True)
+class DamagedStagedFile:
+    name: str
+    task: str
+    split: str
+    damage: object  # what happens to rank 1's file of the split
+
+
+DAMAGED_STAGED_FILES = [
+    DamagedStagedFile("rows-cut-short", FARE, "train", cut_short),
+    DamagedStagedFile("held-out-rows-cut-short", FARE, "test", cut_short),
+    DamagedStagedFile("rows-overwritten-with-zeros", FARE, "train", zeroed),
+    DamagedStagedFile("tokens-cut-short", LANGUAGE, "train", cut_short),
+    DamagedStagedFile("held-out-tokens-overwritten-with-zeros", LANGUAGE, "test", zeroed),
+]
+
+
+def copy_of(staged_runs, task: str, folder: Path):
+    from distributed_training.training.data import StagedData
+
+    shutil.copytree(staged_runs[task].directory, folder)
+    return StagedData.load(str(folder))
+
+
+@pytest.mark.parametrize("case", DAMAGED_STAGED_FILES, ids=lambda case: case.name)
+def test_a_damaged_staged_file_is_named_with_the_fix(case, staged_runs, tmp_path):
+    from distributed_training.training.data import parquet_files
+
+    data = copy_of(staged_runs, case.task, tmp_path / "staging")
+    damaged = parquet_files(os.path.join(data.directory, case.split))[1]
+    case.damage(damaged)
+    data.shard(case.split, 0, 2, require_rows=case.split == "train")  # rank 0's share is whole
+    with pytest.raises(ValueError) as error:
+        data.shard(case.split, 1, 2, require_rows=case.split == "train")
+    message = str(error.value)
+    assert message.startswith(f"the staged file {damaged} is damaged (") and "\n" not in message, message
+    assert message.endswith(f"stage the data again (delete {data.directory}; the next run stages it anew)"), message
+
+
+@dataclass(frozen=True)
+class DamagedCopy:
+    name: str
+    damage: object  # what happens to a rank's local copy of its tokens, given its path
+
+
+def appended(path: str) -> None:
+    with open(path, "ab") as file:
+        file.write(b"\x01\x00")
+
+
+DAMAGED_COPIES = [
+    DamagedCopy("one-byte-short", lambda path: os.truncate(path, os.path.getsize(path) - 1)),
+    DamagedCopy("one-id-short", lambda path: os.truncate(path, os.path.getsize(path) - 2)),
+    DamagedCopy("emptied", lambda path: os.truncate(path, 0)),
+    DamagedCopy("an-id-longer", appended),
+    DamagedCopy("cut-in-half", cut_short),
+]
+
+
+@pytest.mark.parametrize("case", DAMAGED_COPIES, ids=lambda case: case.name)
+def test_a_damaged_local_copy_of_the_tokens_is_made_again(case, staged_runs, tmp_path):
+    import numpy as np
+
+    data = copy_of(staged_runs, LANGUAGE, tmp_path / "staging")
+    whole = np.array(data.shard("train", 1, 2))
+    case.damage(data.shard("train", 1, 2).filename)
+    again = data.shard("train", 1, 2)
+    assert np.array_equal(again, whole) and len(whole) > 0
+
+
+def test_the_matrices_of_damaged_files_keep_their_cases():
+    assert len(DAMAGED_STAGED_FILES) >= 5 and len(DAMAGED_COPIES) >= 5
+    assert len({case.name for case in DAMAGED_STAGED_FILES + DAMAGED_COPIES}) == 10

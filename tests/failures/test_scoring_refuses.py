@@ -60,12 +60,11 @@ CASES = {
                                     ("changed since the run staged it (1 file(s), 0 bytes then)",
                                      "score --rows all")),
     "output-is-a-users-file": (lambda root: users_file(root / "scores") and finished_run(root / "run"), [], 2,
-                               ("scores is a file, and score replaces its output whole", "name a new path")),
+                               ("scores is a file, where score writes a folder: name a new path",)),
     "model-cut-short": (lambda root: damaged_model(finished_run(root / "run"), cut=True), [], 2,
-                        ("run/model.pt does not load as the model of", "it is damaged, or another model's; train "
-                         "the run again")),
+                        ("run/model.pt does not load (", "it is damaged, or not a model of", "train the run again")),
     "model-of-another-task": (lambda root: damaged_model(finished_run(root / "run"), cut=False), [], 2,
-                              ("run/model.pt does not load as the model of", "Error(s) in loading state_dict",
+                              ("run/model.pt does not load (RuntimeError: Error(s) in loading state_dict",
                                "train the run again")),
 }
 

@@ -120,3 +120,58 @@ def test_the_command_reports_an_unusable_checkpoint_folder_in_one_line(tmp_path)
     assert len(error_lines) == 1 and "it is a file, not a folder" in error_lines[0], completed.stderr[-2000:]
     assert "Traceback" not in completed.stderr.split(error_lines[0])[-1]
     assert not (tmp_path / "metrics.json").exists()
+
+
+RANK_ONE_FAILS = ("from distributed_training.tasks.fare_regression import *\n"
+                  "from distributed_training.tasks import fare_regression\n"
+                  "import os\n\n\n"
+                  "def examples(rows, stats, options):\n"
+                  "    if os.environ['RANK'] == '1':\n"
+                  "        return {}['a key the task forgot']\n"
+                  "    return fare_regression.examples(rows, stats, options)\n")
+
+
+def damaged_file_of_rank_one(data) -> str:
+    from distributed_training.training.data import parquet_files
+
+    path = parquet_files(data.train_dir)[1]
+    os.truncate(path, os.path.getsize(path) // 2)
+    return f"rank 1: ValueError: the staged file {path} is damaged"
+
+
+def a_bug_of_rank_one(data) -> str:
+    return "rank 1: KeyError: 'a key the task forgot'"
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("task, break_rank_one, expected", [
+    (FARE, damaged_file_of_rank_one, True), ("rank_one_fails", a_bug_of_rank_one, False),
+], ids=["an-expected-error", "an-unexpected-exception"])
+def test_a_ranks_failure_is_one_line_naming_that_rank_with_its_traceback_only_when_unexpected(
+        spark, tmp_path, monkeypatch, task, break_rank_one, expected):
+    """Two ranks under torchrun, rank 1 failing: rank 0 then fails in its next collective ("connection closed by
+    peer", an echo), and torchrun names whichever rank exited first. The error line names rank 1's own failure, once;
+    an expected error (ours, a ValueError) prints no traceback, an unexpected exception rank 1's."""
+    from distributed_training.engines.torchrun import hand_off
+    from distributed_training.training.data import StagedData
+
+    (tmp_path / "rank_one_fails.py").write_text(RANK_ONE_FAILS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = resolved_config(tmp_path / "run", task, processes=2, epochs=1)
+    config_path = hand_off(spark, dataclasses.replace(config, table=staged(spark, config, 2, rows=600)[0].table), {})
+    words = break_rank_one(StagedData.load(config.staging_dir))
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(SOURCE)])}
+    completed = subprocess.run([sys.executable, "-m", "distributed_training.engines.torchrun", "--config", config_path],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment,
+                               timeout=300)
+    output = completed.stdout
+    assert completed.returncode == 1, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0] == output.strip().splitlines()[-1], output[-3000:]
+    assert f"training failed in the worker processes (2 CPU process(es) on one node (2 per node)): {words}" in errors[0]
+    assert "rank 0" not in errors[0] and "Connection closed" not in errors[0]
+    assert output.count(words) == 1, output[-3000:]
+    if expected:
+        assert "Traceback" not in output, output[-3000:]
+    else:
+        assert output.count("Traceback") == 1 and "[rank1]: Traceback" in output, output[-3000:]

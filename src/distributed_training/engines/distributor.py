@@ -1,7 +1,7 @@
-"""The torch launcher on Spark: the shared loop under DDP on every process TorchDistributor (pyspark.ml.torch) starts,
-one per driver GPU on a single-node cluster (`local_mode=True`), else one per executor GPU, of one worker or more
-(`local_mode=False`, `spark.task.resource.gpu.amount` 1; preflight); DeepSpeed's engine specialises it. It pickles
-what it runs to the workers: the module-level `training.loop.train` and the run's `Config`."""
+"""The shared loop under DDP on each process TorchDistributor starts (a GPU's); deepspeed.py specialises it."""
+# One process per driver GPU on a single-node cluster (`local_mode=True`), else one per executor GPU, of one worker or
+# more (`local_mode=False`, `spark.task.resource.gpu.amount` 1; preflight). It pickles what it runs to the workers:
+# the module-level `training.loop.train` and the run's `Config`.
 
 import os
 
@@ -39,12 +39,12 @@ class TorchDistributorEngine(Engine):
         return f"TorchDistributor, {where.describe()} {mode}, {'NCCL' if where.use_gpu else 'gloo'}"
 
 
+# TorchDistributor pickles what it runs to the workers: the module-level `training.loop.train` and the run's `Config`.
 def run_on_a_rank(train_function, failures_dir: str, *args):
-    """The loop on every process of the distributor, its failure recorded for the driver. The distributor reads what
-    each node's local rank 0 returns; the others (done, their group closed) leave at once: `distributed.leave_now`."""
+    """The loop, its failure recorded; a rank other than a node's first (whose result is read) leaves at once."""
     from ..training import distributed
 
-    result = failures.run_recording_failure(train_function, failures_dir, *args)
+    result = failures.run_recording_failure(train_function, failures_dir, *args, exit_quietly=True)
     if os.environ.get("LOCAL_RANK", "0") != "0":
         distributed.leave_now()
     return result

@@ -1,28 +1,37 @@
-"""A worker's failure, brought back to the driver as one line: distributors stream the workers' output but not why one
-failed (TorchDistributor says only that training failed), so each rank records its exception in a shared folder."""
+"""A rank's failure, recorded in a shared folder for the driver's one line (distributors do not say why one failed)."""
 
+import glob
 import os
 import shutil
+import sys
+import traceback
 from typing import Callable
 
-FAILURES_DIR = "failures"  # under the output folder, which every rank reaches
+from ..files import write_text
+
+FAILURES_DIR, ECHO = "failures", "collective-"  # under the output folder, which every rank reaches; an echo's prefix
 
 
-def run_recording_failure(train_function, failures_dir: str, *args):
+def run_recording_failure(train_function, failures_dir: str, *args, exit_quietly: bool = False):
+    """`exit_quietly`: an expected failure (ours, a ValueError) or an echo exits without its traceback."""
     try:
         return train_function(*args)
     except Exception as error:
-        os.makedirs(failures_dir, exist_ok=True)
         rank = os.environ.get("RANK", "0")
-        with open(os.path.join(failures_dir, f"rank-{rank}.txt"), "w") as file:
-            file.write(f"rank {rank}: {type(error).__name__}: {error}")
+        # met inside torch.distributed (gloo's "connection closed"): most likely a peer's failure echoed
+        echo = f"{os.sep}torch{os.sep}distributed{os.sep}" in traceback.extract_tb(error.__traceback__)[-1].filename
+        write_text(os.path.join(failures_dir, f"{ECHO if echo else ''}rank-{rank}.txt"),
+                   f"rank {rank}: {type(error).__name__}: {error}")
+        ours = type(error).__module__.split(".")[0] == __name__.split(".")[0]
+        if exit_quietly and (echo or ours or isinstance(error, ValueError)):
+            sys.exit(1)
         raise
 
 
 def first_failure(failures_dir: str) -> str | None:
-    """The failure recorded first, and how many other ranks failed after it; None when none was recorded."""
-    names = os.listdir(failures_dir) if os.path.isdir(failures_dir) else []
-    paths = sorted((os.path.join(failures_dir, name) for name in names), key=os.path.getmtime)
+    """The failure recorded first, echoes after the others, and how many other ranks failed; None when none was."""
+    paths = sorted(glob.glob(os.path.join(failures_dir, "*")),
+                   key=lambda path: (os.path.basename(path).startswith(ECHO), os.path.getmtime(path)))
     if not paths:
         return None
     with open(paths[0]) as file:

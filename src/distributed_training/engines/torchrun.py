@@ -1,12 +1,11 @@
-"""The shared loop under torchrun: plan a run here (`train --handoff-to-torchrun`), carry it out on GPU nodes that have
-no Spark (`python -m <package>.engines.torchrun --config FILE`: torchrun over this module's --worker).
-
-A serverless GPU job's `stage` task (Spark, no torch) runs `train --engine E --handoff-to-torchrun --job-run-id
-{{job.run_id}}`: it stages the table into the job run's folder, writes the run's config there and names it in the
-MLflow experiment as `torchrun_config.<job run id>`. Its `train` task, an `ai_runtime_task`, runs `src/command.sh`,
-hence this module, on every node: the AI Runtime passes no parameters and deploys the files once for all runs, but
-gives each attempt its own MLflow run (MLFLOW_RUN_ID), linked to its job run; so a node asks which job run left a
-config, and two runs (or a repair after a later run) never take each other's."""
+"""The shared loop under torchrun, on GPU nodes that have no Spark."""
+# Planned here (`train --handoff-to-torchrun`), carried out by `python -m <package>.engines.torchrun --config FILE`:
+# torchrun over this module's --worker. A serverless GPU job's `stage` task (Spark, no torch) runs `train --engine E
+# --handoff-to-torchrun --job-run-id {{job.run_id}}`: it stages the table into the job run's folder, writes the run's
+# config there and names it in the MLflow experiment as `torchrun_config.<job run id>`. Its `train` task, an
+# `ai_runtime_task`, runs `src/command.sh`, hence this module, on every node: the AI Runtime passes no parameters and
+# deploys the files once for all runs, but gives each attempt its own MLflow run (MLFLOW_RUN_ID), linked to its job
+# run; so a node asks which job run left a config, and two runs (or a repair after a later run) never take each other's.
 
 import argparse
 import contextlib
@@ -21,7 +20,7 @@ from ..run_folder import FolderInUse, announce_finished, held
 from ..training.checkpoints import refusal_to_resume
 from ..staging import stage
 from ..task_interface import load_task
-from . import LaunchError
+from . import LaunchError, failures
 
 HANDOFF_DIR, CONFIG_FILE, COMMAND_FILE = "torchrun", "config.json", "command.sh"
 CONFIG_TAG = "torchrun_config"
@@ -31,7 +30,6 @@ MODULE = f"{__package__}.torchrun"  # this module by name: run as `-m`, its __na
 
 
 def hand_off(spark, config: Config, environment: dict[str, str]) -> str:
-    """Stage for the planned processes and write the config and a command beside it; the config's path."""
     where = placement(config)
     stage(spark, load_task(config.task), config, where.world_size)
     directory = os.path.join(config.output_dir, HANDOFF_DIR)
@@ -48,7 +46,6 @@ def hand_off(spark, config: Config, environment: dict[str, str]) -> str:
 
 
 def _publish(config: Config, config_path: str, environment: dict[str, str]) -> None:
-    """Name the config in the GPU task's MLflow experiment under this job run's tag, keeping the newest KEPT_CONFIGS."""
     from ..training.tracking import experiment_name
 
     os.environ.update(environment)
@@ -70,13 +67,11 @@ def config_tag(job_run_id: str) -> str:
 
 
 def configs_by_job_run(tags: dict[str, str]) -> list[str]:
-    """The job runs whose configs an experiment names, newest (the highest id) first."""
     runs = [tag[len(CONFIG_TAG) + 1:] for tag in tags if tag.startswith(CONFIG_TAG + ".")]
     return sorted(runs, key=lambda run: (len(run), run), reverse=True)
 
 
 def config_of_platform_run() -> str:
-    """The config of the job run this node serves (a serverless GPU task's), found as the module docstring says."""
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
         raise LaunchError("no --config was given and MLFLOW_RUN_ID is not set: on a serverless GPU task the platform "
@@ -117,7 +112,6 @@ def job_run_of(mlflow_run_id: str, job_runs: list[str]) -> str:
 
 
 def torchrun_command(config: Config, config_path: str) -> list[str]:
-    """torchrun over this module's --worker: a process per GPU (or CPU process) on each node, meeting at the first."""
     where = placement(config)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(where.processes_per_node)]
     if where.nodes == 1:
@@ -134,16 +128,14 @@ def torchrun_command(config: Config, config_path: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", metavar="FILE", help="the run's config, as `train --handoff-to-torchrun` wrote it "
-                        "(default: the one the platform's MLflow run names)")
+    parser.add_argument("--config", metavar="FILE", help="the run's config (default: the one its MLflow run names)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # what torchrun starts
     args = parser.parse_args(argv)
     try:
         path = args.config or config_of_platform_run()
         with open(path) as file:
             config = from_json(json.load(file), path)
-        if not args.worker:
-            command = torchrun_command(config, path)
+        command = None if args.worker else torchrun_command(config, path)
     except (LaunchError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -151,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         from ..training import distributed
         from ..training.loop import train
 
-        train(config)  # its results are written and its process group closed when it returns
+        # its results are written and its process group closed when it returns; a failure recorded for the parent
+        failures.run_recording_failure(train, failures.folder(config.output_dir), config, exit_quietly=True)
         distributed.leave_now()  # past the native teardown, where a finished gloo rank was seen to abort
     if announce_finished(config):
         return 0
@@ -167,10 +160,13 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ["DS_ACCELERATOR"] = "cpu"  # CPU processes: DeepSpeed must not look for CUDA
                 build_cpu_communication_op()  # a LaunchError when it does not build
             print("+ " + shlex.join(command), flush=True)
-            os.execv(command[0], command)  # become torchrun, which keeps the folder's lock (when held) until it exits
+            from torch.distributed.run import parse_args, run  # torchrun's main, here: its failure becomes one line
+
+            failures.reported(lambda: run(parse_args(command[3:])), config.output_dir, placement(config).describe())
     except (FolderInUse, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Staged data as the ranks see it: parquet files on a shared folder, a file per process and split, which each rank
-reads with pyarrow (token ids: memory-mapped from a copy on its node's local disk), and the manifest that describes
-them. Nothing here needs Spark or torch (the stage task has no torch, torchrun's processes no Spark)."""
+"""Staged data as the ranks read it, and its manifest: no Spark or torch here (the stage task has no torch)."""
+# Parquet files on a shared folder, a file per process and split, which each rank reads with pyarrow (token ids:
+# memory-mapped from a copy on its node's local disk); torchrun's processes have no Spark.
 
+import contextlib
 import glob
 import hashlib
 import json
@@ -13,6 +14,7 @@ from ..files import write_atomically, write_json
 
 MANIFEST = "manifest.json"
 LOCAL_DISK = "/local_disk0/tmp"  # a Databricks node's local SSD; elsewhere, the system's temporary folder
+COUNT_BYTES = 8  # a local copy of token ids ends with their count, so that a damaged copy is told from a whole one
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,6 @@ def files_for_rank(files: list[str], rank: int, world_size: int) -> list[str]:
 
 
 def rank_files(directory: str, rank: int, world_size: int, require_rows: bool) -> tuple[list[str], list[str]]:
-    """(every file of the split, this rank's share of them)."""
     files = parquet_files(directory)
     if not files:
         raise FileNotFoundError(f"{directory} holds no parquet files: stage the data again")
@@ -88,10 +89,26 @@ def rank_files(directory: str, rank: int, world_size: int, require_rows: bool) -
 
 
 def read_shard(directory: str, rank: int, world_size: int, require_rows: bool = True):
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     files, mine = rank_files(directory, rank, world_size, require_rows)
-    return pq.read_table(mine, use_threads=True) if mine else pq.read_schema(files[0]).empty_table()
+    tables = []
+    for path in mine or files[:1]:  # no share: the split's columns, without rows
+        with named_if_damaged(path):
+            tables.append(pq.read_table(path) if mine else pq.read_schema(path).empty_table())
+    return pa.concat_tables(tables)
+
+
+@contextlib.contextmanager
+def named_if_damaged(path: str):
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError) as error:  # a file cut short or overwritten
+        raise ValueError(f"the staged file {path} is damaged ({str(error).splitlines()[0]}): stage the data again "
+                         f"(delete {os.path.dirname(os.path.dirname(path))}; the next run stages it anew)") from None
 
 
 def local_cache(staged_directory: str) -> str:
@@ -100,24 +117,36 @@ def local_cache(staged_directory: str) -> str:
 
 
 def mapped_tokens(directory: str, rank: int, world_size: int, dtype: str, require_rows: bool, local_copy: str):
-    """This rank's token ids memory-mapped from `local_copy`, written first if absent (earlier stagings' copies go)."""
+    """This rank's token ids mapped from `local_copy`, written first if absent or damaged (earlier stagings' go)."""
     import numpy as np
     import pyarrow.parquet as pq
 
-    if not os.path.exists(local_copy):
+    itemsize = np.dtype(dtype).itemsize
+    if copied_ids(local_copy, itemsize) is None:
         _, mine = rank_files(directory, rank, world_size, require_rows)
 
         def copy(file) -> None:
             for path in mine:
-                staged = pq.ParquetFile(path, memory_map=True, buffer_size=1 << 20)
-                for batch in staged.iter_batches(batch_size=16, columns=["tokens"], use_threads=False):
-                    for stream in batch.column(0):
-                        file.write(stream.as_buffer())
+                with named_if_damaged(path):
+                    staged = pq.ParquetFile(path, memory_map=True, buffer_size=1 << 20)
+                    for batch in staged.iter_batches(batch_size=16, columns=["tokens"], use_threads=False):
+                        for stream in batch.column(0):
+                            file.write(stream.as_buffer())
+            file.write((file.tell() // itemsize).to_bytes(COUNT_BYTES, "little"))
 
         stem = os.path.basename(local_copy).split("-", 1)[1]
         for earlier in glob.glob(os.path.join(os.path.dirname(local_copy), f"*-{stem}")):
             os.unlink(earlier)
         write_atomically(local_copy, copy)
-    if os.path.getsize(local_copy) == 0:  # an empty file cannot be mapped
-        return np.zeros(0, dtype=dtype)
-    return np.memmap(local_copy, dtype=dtype, mode="c")  # copy-on-write: writable for torch, never written
+    count = copied_ids(local_copy, itemsize)
+    # copy-on-write: writable for torch, never written; an empty file cannot be mapped
+    return np.memmap(local_copy, dtype=dtype, mode="c", shape=(count,)) if count else np.zeros(0, dtype=dtype)
+
+
+def copied_ids(local_copy: str, itemsize: int) -> int | None:
+    with contextlib.suppress(FileNotFoundError), open(local_copy, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        file.seek(max(size - COUNT_BYTES, 0))
+        count = int.from_bytes(file.read(), "little")
+        return count if size == COUNT_BYTES + count * itemsize else None
+    return None  # absent
