@@ -176,11 +176,17 @@ def _bf16_supported() -> bool:
 
 def _local_session(engine, config: Config):
     try:
-        return engine.local_session(config)
+        spark = engine.local_session(config)
     except Exception as error:  # pyspark reports a missing Java or a port it cannot bind in many shapes
         raise LaunchError(f"could not start a local Spark session ({str(error).splitlines()[0]}): --local needs Java "
                           "17 or newer on PATH or in JAVA_HOME, and SPARK_LOCAL_IP=127.0.0.1 where the host name "
                           "does not resolve") from None
+    # A signal to the whole process group may end the JVM first: pyspark's accumulator server then meets EOF and
+    # prints its traceback above the run's one line, which says what ended it. (A Connect session has no server.)
+    if server := getattr(getattr(spark, "_sc", None), "_accumulatorServer", None):
+        server.handle_error = lambda *request, default=server.handle_error: (
+            None if isinstance(sys.exc_info()[1], EOFError) else default(*request))
+    return spark
 
 
 def _cluster_session(config: Config):

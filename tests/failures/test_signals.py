@@ -151,3 +151,25 @@ def test_a_second_handoff_command_into_a_folder_a_first_one_trains_in_is_refused
         assert second.left_behind() == []
     finally:
         first.kill_what_is_left()
+
+
+def test_the_accumulator_server_keeps_quiet_when_the_jvm_ends_first_and_reports_anything_else(spark, tmp_path,
+                                                                                                capfd):
+    """A signal to the whole process group may end the JVM before the driver: pyspark's accumulator server then reads
+    EOF from the JVM's connection, and its traceback came above the run's one line (seen once in CI, a race). EOF is
+    that and nothing else; any other error of the server is still printed as socketserver prints it."""
+    from distributed_training.engines import engine
+    from distributed_training.launch import _local_session
+    from support.runs import resolved_config
+
+    session = _local_session(engine("torch_distributor"), resolved_config(tmp_path, processes=1))
+    server = session._sc._accumulatorServer
+    capfd.readouterr()
+    for error in (EOFError(), ValueError("The value of the provided token to the AccumulatorServer is not correct.")):
+        try:
+            raise error
+        except Exception:  # socketserver calls handle_error inside its except block, as here
+            server.handle_error(None, ("127.0.0.1", 40000))
+    printed = capfd.readouterr().err
+    assert "EOFError" not in printed and printed.count("Traceback") == 1
+    assert "ValueError: The value of the provided token" in printed and "127.0.0.1" in printed
