@@ -169,6 +169,8 @@ def test_engines_not_chosen_are_pruned(rendered, engine):
     assert ("least_squares" in carried) == (engine == "spark_ml_connect")  # Spark ML's own solver
     assert "torchrun" in carried  # the serverless GPU hand-off, shared by the torch engines
     assert ("distributor" in carried) == (engine in ("torch_distributor", "deepspeed"))  # the launcher both run
+    deepspeed_parts = {path.stem for path in (package / "training").glob("deepspeed_*.py")}
+    assert deepspeed_parts == ({"deepspeed_config", "deepspeed_strategy"} if engine == "deepspeed" else set())
     # and what it carries is whole: the engine's module imports with the project's own source alone
     imported = subprocess.run([sys.executable, "-c", f"import my_training.engines.{engine}"], capture_output=True,
                               text=True, cwd=package.parent)
