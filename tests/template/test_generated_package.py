@@ -1,5 +1,5 @@
 """The generated package, src/<package>/: the runtime carried from this repository, the chosen task as task.py, the
-launchers of the chosen engines only, and nothing used only while generating: a project gets the runtime, the tooling stays here."""
+launchers of the chosen engines only, and nothing used only while generating (the tooling stays here)."""
 
 from __future__ import annotations
 
