@@ -76,7 +76,7 @@ def test_recomputed_blocks_run_their_forward_twice_and_train_the_same_weights(sp
             block.mlp.register_forward_pre_hook(lambda *_: calls.append(1) if torch.is_grad_enabled() else None)
         return model
 
-    monkeypatch.setattr(task, "build_model", counted_model)
+    monkeypatch.setattr(task.module, "build_model", counted_model)  # the module: train loads the task anew
     config, _ = staged(spark, resolved_config(tmp_path / "stored", LANGUAGE, processes=1, epochs=1, max_steps=3,
                                               grad_accumulation=2), world_size=1, rows=400)
     stored = train(config)

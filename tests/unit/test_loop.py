@@ -356,7 +356,7 @@ def test_a_loss_that_becomes_nan_stops_the_run_and_keeps_the_last_good_checkpoin
         calls.append(1)
         return loss(model, batch) * (float("nan") if len(calls) > 13 else 1.0)
 
-    monkeypatch.setattr(load_task(FARE), "loss", nan_in_epoch_2)
+    monkeypatch.setattr(load_task(FARE).module, "loss", nan_in_epoch_2)
     with pytest.raises(NonFiniteLoss, match="the training loss became nan by step .*: no checkpoint of it.*Lower "
                                             "--learning-rate"):
         train(config)
