@@ -273,7 +273,7 @@ def check(config: Config) -> None:
     if config.register_model and not config.tracking:
         raise ConfigError("--register-model registers the model MLflow logs, but --no-tracking turns MLflow off: "
                           "drop one of them")
-    if config.activation_checkpointing and not hasattr(load_task(config.task), "blocks"):
+    if config.activation_checkpointing and not load_task(config.task).has_blocks:
         raise ConfigError(f"--activation-checkpointing recomputes the task's blocks, but {config.task} names none: "
                           "define blocks(model) there (see task_interface.py), or drop --activation-checkpointing")
     if config.handoff_to_torchrun and config.engine not in TORCH_LOOP_ENGINES:

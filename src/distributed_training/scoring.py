@@ -19,7 +19,7 @@ import uuid
 from .config import DEFAULT_TASK, PACKAGE, SPARK_ML_ENGINE, STAGING_DIR, task_options, whole
 from .run_folder import METRICS_FILE, MODEL_FILE
 from .staging import TableError, cause, column, fingerprint, looks_like_path, read_table, spark_errors, split
-from .task_interface import TaskError, load_task
+from .task_interface import SCORING, TaskError, load_task
 from .training.data import StagedData
 
 ROW = "_score_row"  # each input row's key, while it is scored
@@ -91,7 +91,7 @@ def parse(argv: list[str]) -> tuple[Scoring, bool]:
         raise ScoringError(f"{run_dir} has no {MODEL_FILE}: an older version of the project trained it; train a new "
                            "run (another --output-dir) to score with")
     task = load_task(staged.task)
-    if missing := [name for name in ("SCORES", "score") if not hasattr(task, name)]:
+    if missing := task.lacks(SCORING):
         raise TaskError(f"the task module {staged.task} lacks {', '.join(missing)}, which scoring needs: see "
                         "task_interface.py")
     options = task_options(task, staged.recipe["task_options"])

@@ -141,18 +141,17 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
         if test_rows == 0:
             raise TableError(f"{config.table!r} leaves no held-out rows after preparation: train on a larger table")
         check_windows(task, config, train_rows, world_size)
-        tokenize = getattr(task, "tokenize", None)
         staged = StagedData(directory=config.staging_dir, task=config.task, source=config.table,
                             train_rows=train_rows, test_rows=test_rows, files_per_split=world_size,
                             stats=task.statistics(train, config.task_options), recipe=recipe,
-                            token_dtype=str(tokenize(train.limit(1).toPandas(), config.task_options).dtype)
-                            if tokenize else None, staging_id=uuid.uuid4().hex)
+                            token_dtype=str(task.tokenize(train.limit(1).toPandas(), config.task_options).dtype)
+                            if task.tokenizes else None, staging_id=uuid.uuid4().hex)
         if before:  # the old manifest goes first: a staging cut short leaves none, so nothing uses half-written data
             os.unlink(os.path.join(config.staging_dir, MANIFEST))
         for rows, directory in ((train, staged.train_dir), (test, staged.test_dir)):
             rows = rows.repartition(world_size)
-            if tokenize:
-                rows = tokenized(rows, tokenize, config.task_options)
+            if task.tokenizes:
+                rows = tokenized(rows, task.tokenize, config.task_options)
             rows.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(directory)
     except spark_errors() as error:  # what the task's preparation or Spark's reading or writing of the rows met
         raise TableError(f"staging {config.table!r} failed: {cause(error)}: fix what that names (the table's data, "
@@ -168,7 +167,7 @@ def stage(spark, task, config: Config, world_size: int) -> StagedData:
 
 def check_windows(task, config: Config, train_rows: int, world_size: int) -> None:
     batches = math.ceil(train_rows // world_size / config.batch_size)
-    if not hasattr(task, "tokenize") and batches < config.grad_accumulation:
+    if not task.tokenizes and batches < config.grad_accumulation:
         raise TableError(f"{config.table!r} leaves {train_rows} training row(s): {batches} batch(es) of "
                          f"{config.batch_size} an epoch for each of {world_size} processes, fewer than one window of "
                          f"--grad-accumulation {config.grad_accumulation}: lower it or --batch-size, or add rows")

@@ -72,7 +72,7 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
     if config.compile:  # in place, so the weights keep their names (in checkpoints too) whatever wraps the model next
         # Block by block where the task names its blocks: one block's compiled code serves every block (a fraction
         # of the compiling), and under FSDP2 it runs between the hooks that gather and free the block's weights.
-        for part in task.blocks(model) if hasattr(task, "blocks") else [model]:
+        for part in task.blocks(model):
             part.compile()
     strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay),
                      warmup_then_cosine(plan.updates, config.warmup_fraction))
@@ -92,8 +92,8 @@ def _train(config: Config, process: distributed.Process, environment: dict[str, 
     epoch_totals = resumed.get("epoch_totals") if resumed else None
     tracker = Tracker(config, process.is_main, environment, log)
     run_id = tracker.start(params(config, data, process, per_rank), resumed.get("mlflow_run_id") if resumed else None)
-    flops = task.flops_per_token(model, options) if hasattr(task, "flops_per_token") else None
-    meter = StepMeter(process, flops, counts_tokens=hasattr(task, "count"))
+    flops = task.flops_per_token(model, options)
+    meter = StepMeter(process, flops, counts_tokens=task.counts_tokens)
 
     step = resumed["step"] if resumed else 0
 
@@ -216,7 +216,7 @@ def update(task, strategy, window: list[tuple], process: distributed.Process):
     window's items on every rank (the task's `count`, else examples), times the ranks that DDP and DeepSpeed average."""
     counts = _counts(task, window, process.device)
     total = counts.sum()
-    if hasattr(task, "count"):
+    if task.counts_tokens:
         total = distributed.sum_tensor_over_ranks(process, total)
     else:  # every rank has as many examples in its window: no need to ask the others
         total = total * process.world_size
@@ -232,7 +232,7 @@ def update(task, strategy, window: list[tuple], process: distributed.Process):
 
 def _counts(task, window: list[tuple], device: torch.device) -> torch.Tensor:
     """What each micro-batch's loss is the mean over, on the device (one copy for the window when they are numbers)."""
-    counted = [task.count(batch) if hasattr(task, "count") else len(batch[0]) for batch in window]
+    counted = [task.count(batch) for batch in window]
     if all(isinstance(count, int) for count in counted):
         return torch.tensor(counted, dtype=torch.float64).to(device, non_blocking=True)
     return torch.stack([torch.as_tensor(count, dtype=torch.float64, device=device) for count in counted])
