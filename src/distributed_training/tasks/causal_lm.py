@@ -1,8 +1,8 @@
 """The task: a GPT-style language model of a table's text column (predict the next byte of the text).
 
 Everything this project trains is defined here; the loop, the launchers, checkpoints and MLflow know it only
-through the names below (see task_interface.py). To train on your own text, pass --table and --text-column; to
-change the model, edit PRESETS or the classes below.
+through the names below (`Task` in task_interface.py, and the optional parts this task defines). To train on your own
+text, pass --table and --text-column; to change the model, edit PRESETS or the classes below.
 
 The model is a decoder-only transformer in the spirit of nanoGPT: pre-LayerNorm blocks of causal self-attention and
 a GELU MLP, tied input and output embeddings, no dropout. Its tokens are the UTF-8 bytes of the text plus one

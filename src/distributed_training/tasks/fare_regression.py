@@ -1,7 +1,7 @@
 """The task: predict a taxi trip's fare from what is known about the trip (regression on a table).
 
 Everything this project trains is defined here; the loop, the launchers, checkpoints and MLflow know it only through
-the names below (see task_interface.py): to train your own model, change this file. The default table is in every
+the names below (`Task` in task_interface.py): to train your own model, change this file. The default table is in every
 Databricks workspace; rows that make no sense (no fare, no distance, a drop-off before the pick-up) and outliers are
 dropped first. The model, a small multilayer perceptron on normalised features, is scored against the training mean."""
 
