@@ -12,7 +12,7 @@ import shutil
 
 from dataclasses import asdict
 
-from ..config import CHECKPOINTS_DIR, placement
+from ..config import CHECKPOINTS_DIR
 from ..files import write_atomically, write_json
 from ..run_folder import finished_metrics
 
@@ -93,7 +93,7 @@ def refusal_to_resume(config) -> str | None:
     if config.table:
         ours["source"] = config.table
     if config.local or config.processes or config.gpus_per_node is not None:  # else the driver's GPUs decide
-        ours["world_size"] = placement(config).world_size
+        ours["world_size"] = config.placement.world_size
     theirs = {name: theirs.get(name) for name in ours} if isinstance(theirs, dict) else theirs
     if differences := _differences(theirs, ours):
         return (f"{config.output_dir} holds the checkpoints of another run ({differences}): give this run its own "

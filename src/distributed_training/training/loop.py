@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..config import Config, placement
+from ..config import Config
 from ..files import write_atomically, write_json
 from ..run_folder import METRICS_FILE, MODEL_FILE
 from ..task_interface import check_examples, check_metrics, load_task
@@ -32,7 +32,7 @@ class NonFiniteLoss(FloatingPointError):
 def train(config: Config, environment: dict[str, str] | None = None) -> dict:
     """Train on this rank's share of the data; the run's metrics (rank 0 also writes OUTPUT_DIR/metrics.json).
     `environment`: what rank 0 needs to reach MLflow (credentials: never written to a file)."""
-    process = distributed.start(placement(config).use_gpu, config.collective_timeout)
+    process = distributed.start(config.placement.use_gpu, config.collective_timeout)
     try:
         return _train(config, process, environment or {})
     finally:
