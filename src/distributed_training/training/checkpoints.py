@@ -142,10 +142,15 @@ def _ensure_writable_folder(directory: str) -> None:
 
 
 class Checkpoints:
-    def __init__(self, directory: str, process, keep: int, run_identity: dict, log=print):
+    def __init__(self, directory: str, process, keep: int, run_identity: dict, log=print, every=(1, None)):
         _ensure_writable_folder(directory)
         self.directory, self.process, self.keep, self.run_identity, self.log = (
             directory, process, keep, run_identity, log)
+        self.every_epochs, self.every_steps = every  # --checkpoint-every, --checkpoint-every-steps
+
+    def due(self, step: int, plan) -> bool:  # the run's last step always
+        epoch_ended = plan.ends_epoch(step) and plan.epoch_of(step - 1) % self.every_epochs == 0
+        return step == plan.updates or epoch_ended or bool(self.every_steps and step % self.every_steps == 0)
 
     def save(self, strategy, step: int, progress: dict) -> None:
         """Every rank calls it: each saves its part, then rank 0 marks it complete (with `progress`), drops old ones."""
