@@ -88,7 +88,7 @@ class Training:
                 part.compile()
         strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay),
                          warmup_then_cosine(plan.updates, config.warmup_fraction))
-        self.held_out_scores = partial(evaluate, task, strategy, self.held_out, data.stats, process)  # most_batches
+        self.held_out_scores = partial(evaluate, task, strategy, self.held_out, data.stats, process)  # (most_batches)
         # The task's metrics checked on one held-out batch before the first step, not after the first epoch: a forward
         # pass in eval mode, so the weights and the random numbers of training stay as they were.
         self.held_out_scores(most_batches=1)
