@@ -22,7 +22,7 @@ WARM_UP_STEPS = 5
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from distributed_training.config import from_json, placement
+    from distributed_training.config import from_json
     from distributed_training.task_interface import load_task
     from distributed_training.training import distributed, strategy as strategies
     from distributed_training.training.data import StagedData
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.config) as file:
         config = from_json(json.load(file), args.config)
 
-    process = distributed.start(placement(config).use_gpu, config.collective_timeout)
+    process = distributed.start(config.placement.use_gpu, config.collective_timeout)
     synchronise = torch.cuda.synchronize if process.device.type == "cuda" else (lambda: None)
     try:
         task, options = load_task(config.task), config.task_options

@@ -3,6 +3,7 @@ checked before Spark (`check`), resolved on the driver (`resolve`), pickled to e
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -170,6 +171,12 @@ class Config:
     def checkpoint_dir(self) -> str:
         return os.path.join(self.output_dir, CHECKPOINTS_DIR)
 
+    @functools.cached_property  # worked out once a process (a frozen config: `resolve` makes a new one)
+    def placement(self) -> "Placement":
+        """The processes of a resolved config (`resolve` has set gpus_per_node and on_workers)."""
+        return Placement(self.num_nodes, self.gpus_per_node or self.processes or DEFAULT_LOCAL_PROCESSES,
+                         use_gpu=bool(self.gpus_per_node), on_workers=self.on_workers)
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -188,12 +195,6 @@ class Placement:
         kind = "GPU" if self.use_gpu else "CPU"
         where = "on one node" if self.nodes == 1 else f"on {self.nodes} nodes"
         return f"{self.world_size} {kind} process(es) {where} ({self.processes_per_node} per node)"
-
-
-def placement(config: Config) -> Placement:
-    """The processes of a resolved config (`resolve` has set gpus_per_node and on_workers)."""
-    return Placement(config.num_nodes, config.gpus_per_node or config.processes or DEFAULT_LOCAL_PROCESSES,
-                     use_gpu=bool(config.gpus_per_node), on_workers=config.on_workers)
 
 
 # ------------------------------------------------------------------ the command line

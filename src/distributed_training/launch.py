@@ -17,7 +17,7 @@ from contextlib import contextmanager, suppress
 import psutil
 
 from . import config as configuration
-from .config import Config, ConfigError, placement
+from .config import Config, ConfigError
 from .engines import LaunchError, TrainingRun, available, engine as engine_named
 from .run_folder import FolderInUse, announce_finished, held
 from .staging import TableError
@@ -74,7 +74,7 @@ def _run(config: Config) -> tuple[Config, TrainingRun | None]:  # no TrainingRun
             signal.signal(signal.SIGINT, _interrupt)  # in place of the one a new SparkContext installs
         config = resolve(config, engine, spark)
         if config.local:  # the cores shared out: torchrun's default, 1 thread a process, comes with a banner each run
-            os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // placement(config).world_size)))
+            os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // config.placement.world_size)))
         # the processes, now that the GPUs are known: before anything is staged
         if refusal := refusal_to_resume(config):
             raise ConfigError(refusal)

@@ -18,7 +18,6 @@ import pytest
 
 from distributed_training import launch
 from distributed_training.task_interface import load_task
-from distributed_training.config import placement
 from distributed_training.training.checkpoints import options_identity, refusal_to_resume, tag_of
 
 from support.runs import FARE, LANGUAGE
@@ -98,7 +97,7 @@ def checkpoint_of(output_dir: Path, step: int, arguments: list[str]) -> None:
     config = launch.configuration.from_args([*arguments, "--output-dir", str(output_dir)])
     marker = output_dir / "checkpoints" / tag_of(step) / "complete.json"
     marker.parent.mkdir(parents=True)
-    identity = {**options_identity(config), "world_size": placement(config).world_size}
+    identity = {**options_identity(config), "world_size": config.placement.world_size}
     marker.write_text(json.dumps({"step": step, "epoch": 1, "run_identity": identity}))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from distributed_training import config as configuration
-from distributed_training.config import ConfigError, placement
+from distributed_training.config import ConfigError
 from distributed_training.engines import available, deepspeed, engine
 from distributed_training.engines.ray import ray_placement
 from distributed_training.launch import resolve
@@ -28,7 +28,7 @@ def test_one_worker_trains_on_its_executors_gpus():
     """The num_workers=1 job's own arguments: --num-nodes 1 and no GPUs from the driver (this machine has none)."""
     config = resolved(cluster_session(ONE_WORKER), "--num-nodes", "1")
     assert (config.on_workers, config.gpus_per_node) == (True, 4)
-    assert placement(config).world_size == 4 and "on one node" in placement(config).describe()
+    assert config.placement.world_size == 4 and "on one node" in config.placement.describe()
     assert ray_placement(config, node_vcpus=48).worker_nodes == 1
 
 
@@ -67,7 +67,7 @@ def test_the_distributors_run_off_the_driver_exactly_when_the_cluster_has_worker
     launcher = engine(name)
     for conf, on_driver in [(ONE_WORKER, False), (SINGLE_NODE, True)]:
         config = resolved(cluster_session(conf), "--processes", "4", engine_name=name)
-        made = launcher.distributor(config, placement(config))
+        made = launcher.distributor(config, config.placement)
         assert (made.local_mode, made.num_processes) == (on_driver, 4), conf
         mode = "on the driver" if on_driver else "on the executors"
-        assert mode in launcher.describe(placement(config))
+        assert mode in launcher.describe(config.placement)

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import ENGINES, Config, placement
+from ..config import ENGINES, Config
 from ..task_interface import load_task
 
 WAREHOUSE_DIR = "spark-warehouse"
@@ -36,7 +36,7 @@ class Engine:
     def local_session(self, config: Config):
         from .local_spark import local_spark_session
 
-        return local_spark_session(cores=max(placement(config).world_size, 2),
+        return local_spark_session(cores=max(config.placement.world_size, 2),
                                    warehouse_dir=os.path.join(config.output_dir, WAREHOUSE_DIR))
 
     def train(self, spark, config: Config, environment: dict[str, str]) -> TrainingRun:

@@ -5,7 +5,7 @@
 
 import os
 
-from ..config import Config, Placement, placement
+from ..config import Config, Placement
 from ..staging import stage
 from ..task_interface import load_task
 from . import Engine, TrainingRun, failures
@@ -17,7 +17,7 @@ class TorchDistributorEngine(Engine):
     def train(self, spark, config: Config, environment: dict[str, str]) -> TrainingRun:
         from ..training.loop import train as train_on_every_rank
 
-        where = placement(config)
+        where = config.placement
         self.prepare(config, where)
         stage(spark, load_task(config.task), config, where.world_size)
         distributor, description = self.distributor(config, where), self.describe(where)

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Config, placement
+from ..config import Config
 from ..staging import stage
 from ..task_interface import load_task
 from . import WAREHOUSE_DIR, Engine, LaunchError, TrainingRun, failures
@@ -63,7 +63,7 @@ class RayPlacement:
 def ray_placement(config: Config, node_vcpus: int | None = None) -> RayPlacement:
     """Training workers and Ray nodes for a run. `node_vcpus`: the CPUs of one worker node from the catalog; None
     when its node type is unknown, and Ray on Spark then sizes its nodes as whole Spark workers."""
-    where = placement(config)
+    where = config.placement
     if config.local:  # the multi-node path on this machine: one one-CPU Ray node per worker
         return RayPlacement(where.world_size, use_gpu=False, worker_nodes=where.world_size, cpus_per_node=1,
                             gpus_per_node=0)

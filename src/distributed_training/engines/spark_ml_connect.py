@@ -22,7 +22,7 @@ import socket
 import time
 import uuid
 
-from ..config import Config, placement
+from ..config import Config
 from ..files import write_json
 from ..staging import read_table, split
 from ..training.tracking import Tracker
@@ -69,7 +69,7 @@ class SparkMLEngine(Engine):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        local_spark_session(max(placement(config).world_size, 2), os.path.join(config.output_dir, WAREHOUSE_DIR),
+        local_spark_session(max(config.placement.world_size, 2), os.path.join(config.output_dir, WAREHOUSE_DIR),
                             conf={"spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
                                   "spark.connect.grpc.binding.address": "127.0.0.1",
                                   "spark.connect.grpc.binding.port": str(port)})

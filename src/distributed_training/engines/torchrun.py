@@ -14,7 +14,7 @@ import os
 import shlex
 import sys
 
-from ..config import Config, from_json, placement, to_json
+from ..config import Config, from_json, to_json
 from ..files import write_json, write_text
 from ..run_folder import FolderInUse, announce_finished, held
 from ..training.checkpoints import refusal_to_resume
@@ -30,7 +30,7 @@ MODULE = f"{__package__}.torchrun"  # this module by name: run as `-m`, its __na
 
 
 def hand_off(spark, config: Config, environment: dict[str, str]) -> str:
-    where = placement(config)
+    where = config.placement
     stage(spark, load_task(config.task), config, where.world_size)
     directory = os.path.join(config.output_dir, HANDOFF_DIR)
     config_path, command_path = os.path.join(directory, CONFIG_FILE), os.path.join(directory, COMMAND_FILE)
@@ -112,7 +112,7 @@ def job_run_of(mlflow_run_id: str, job_runs: list[str]) -> str:
 
 
 def torchrun_command(config: Config, config_path: str) -> list[str]:
-    where = placement(config)
+    where = config.placement
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(where.processes_per_node)]
     if where.nodes == 1:
         command.append("--standalone")
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     first_node = os.environ.get("NODE_RANK", "0") == "0"  # it holds the folder for the run
     try:
         with held(config.output_dir, inheritable=True) if first_node else contextlib.nullcontext():
-            if not placement(config).use_gpu and config.engine == "deepspeed":
+            if not config.placement.use_gpu and config.engine == "deepspeed":
                 from .deepspeed import build_cpu_communication_op
 
                 os.environ["DS_ACCELERATOR"] = "cpu"  # CPU processes: DeepSpeed must not look for CUDA
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             print("+ " + shlex.join(command), flush=True)
             from torch.distributed.run import parse_args, run  # torchrun's main, here: its failure becomes one line
 
-            failures.reported(lambda: run(parse_args(command[3:])), config.output_dir, placement(config).describe())
+            failures.reported(lambda: run(parse_args(command[3:])), config.output_dir, config.placement.describe())
     except (FolderInUse, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -12,7 +12,7 @@ import shutil
 
 from dataclasses import asdict
 
-from ..config import CHECKPOINTS_DIR, placement
+from ..config import CHECKPOINTS_DIR
 from ..files import write_atomically, write_json
 from ..run_folder import finished_metrics
 
@@ -93,7 +93,7 @@ def refusal_to_resume(config) -> str | None:
     if config.table:
         ours["source"] = config.table
     if config.local or config.processes or config.gpus_per_node is not None:  # else the driver's GPUs decide
-        ours["world_size"] = placement(config).world_size
+        ours["world_size"] = config.placement.world_size
     theirs = {name: theirs.get(name) for name in ours} if isinstance(theirs, dict) else theirs
     if differences := _differences(theirs, ours):
         return (f"{config.output_dir} holds the checkpoints of another run ({differences}): give this run its own "
@@ -142,10 +142,15 @@ def _ensure_writable_folder(directory: str) -> None:
 
 
 class Checkpoints:
-    def __init__(self, directory: str, process, keep: int, run_identity: dict, log=print):
+    def __init__(self, directory: str, process, keep: int, run_identity: dict, log=print, every=(1, None)):
         _ensure_writable_folder(directory)
         self.directory, self.process, self.keep, self.run_identity, self.log = (
             directory, process, keep, run_identity, log)
+        self.every_epochs, self.every_steps = every  # --checkpoint-every, --checkpoint-every-steps
+
+    def due(self, step: int, plan) -> bool:  # the run's last step always
+        epoch_ended = plan.ends_epoch(step) and plan.epoch_of(step - 1) % self.every_epochs == 0
+        return step == plan.updates or epoch_ended or bool(self.every_steps and step % self.every_steps == 0)
 
     def save(self, strategy, step: int, progress: dict) -> None:
         """Every rank calls it: each saves its part, then rank 0 marks it complete (with `progress`), drops old ones."""

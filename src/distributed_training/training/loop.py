@@ -1,17 +1,19 @@
 """The training loop, the same on every rank under every launcher (TorchDistributor, DeepSpeed, Ray Train, torchrun).
 
 It knows nothing of Spark, and of the task only its seam (task_interface.py); DDP, FSDP2 or DeepSpeed (the strategy)
-makes the updates; length, logging, evaluation and checkpoints count optimizer steps. Every rank returns the same
-(all-reduced) metrics, because TorchDistributor keeps the return value of whichever rank ends last."""
+makes the updates. A run (`Training`) is a setup, the steps and a finish; after each step the progress report, the
+evaluation, the epoch's record and the checkpoint each decide from the optimizer step whether they are due. Every rank
+returns the same (all-reduced) metrics, because TorchDistributor keeps the return value of whichever rank ends last."""
 
 import math
 import os
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 
-from ..config import Config, placement
+from ..config import Config
 from ..files import write_atomically, write_json
 from ..run_folder import METRICS_FILE, MODEL_FILE
 from ..task_interface import check_examples, check_metrics, load_task
@@ -32,159 +34,189 @@ class NonFiniteLoss(FloatingPointError):
 def train(config: Config, environment: dict[str, str] | None = None) -> dict:
     """Train on this rank's share of the data; the run's metrics (rank 0 also writes OUTPUT_DIR/metrics.json).
     `environment`: what rank 0 needs to reach MLflow (credentials: never written to a file)."""
-    process = distributed.start(placement(config).use_gpu, config.collective_timeout)
+    process = distributed.start(config.placement.use_gpu, config.collective_timeout)
     try:
-        return _train(config, process, environment or {})
+        run = Training(config, process, environment or {})
+        try:
+            run.take_steps()
+            metrics = run.finish()
+        except BaseException:
+            run.tracker.finish(succeeded=False)
+            raise
+        run.tracker.finish(succeeded=True)
+        return metrics
     finally:
         distributed.stop(process)
 
 
-def _train(config: Config, process: distributed.Process, environment: dict[str, str]) -> dict:
-    started = time.perf_counter()
-    log = (lambda *parts: print(*parts, flush=True)) if process.is_main else (lambda *parts: None)
-    task, options = load_task(config.task), config.task_options
-    data = StagedData.load(config.staging_dir)
-    torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP and DeepSpeed broadcast anyway)
+class Training:
+    def __init__(self, config: Config, process: distributed.Process, environment: dict[str, str]):
+        self.started, self.config, self.process = time.perf_counter(), config, process
+        self.log = log = (lambda *parts: print(*parts, flush=True)) if process.is_main else (lambda *parts: None)
+        self.task = task = load_task(config.task)
+        options = config.task_options
+        self.data = data = StagedData.load(config.staging_dir)
+        torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP and DeepSpeed broadcast anyway)
 
-    # This rank's examples; every rank takes the same number of steps, so every share is cut to the smallest.
-    train_examples = check_examples(task.examples(data.shard("train", process.rank, process.world_size), data.stats,
-                                                  options), task.__name__)
-    per_rank = distributed.min_over_ranks(process, len(train_examples[0]))
-    if per_rank == 0:
-        raise ValueError(f"a rank got no training examples from {data.train_dir}: stage a larger table")
-    train_examples = tuple(tensor[:per_rank] for tensor in train_examples)
-    held_out = check_examples(task.examples(data.shard("test", process.rank, process.world_size, require_rows=False),
-                                            data.stats, options), task.__name__)
-    batches = ShuffledBatches(train_examples, config.batch_size, seed=config.seed + process.rank)
-    plan = Plan.of(config, len(batches), per_rank)
+        # This rank's examples; every rank takes the same number of steps, so every share is cut to the smallest.
+        train_examples = check_examples(task.examples(data.shard("train", process.rank, process.world_size), data.stats,
+                                                      options), task.__name__)
+        self.per_rank = per_rank = distributed.min_over_ranks(process, len(train_examples[0]))
+        if per_rank == 0:
+            raise ValueError(f"a rank got no training examples from {data.train_dir}: stage a larger table")
+        train_examples = tuple(tensor[:per_rank] for tensor in train_examples)
+        held_out_rows = data.shard("test", process.rank, process.world_size, require_rows=False)
+        self.held_out = check_examples(task.examples(held_out_rows, data.stats, options), task.__name__)
+        self.batches = ShuffledBatches(train_examples, config.batch_size, seed=config.seed + process.rank)
+        self.plan = plan = Plan.of(config, len(self.batches), per_rank)
 
-    strategy = strategies.create(config, process)
-    model = task.build_model(data.stats, options)
-    # --init-from: a new run starts from an earlier run's checkpoint; a rerun of this run resumes its own instead.
-    own = complete_steps(config.checkpoint_dir) if config.resume else []
-    source = named_checkpoint(config.init_from) if config.init_from and not own else None
-    if source and config.init_mode == "weights":
-        load_weights(model, strategies.checkpoint_weights(*source), os.path.join(*source))
-        log(f"--init-from: the model starts from the weights of {os.path.join(*source)}")
-    if config.activation_checkpointing:  # in place, so the weights keep their names
-        for block in task.blocks(model):
-            block.forward = recomputing(block.forward)
-    if config.compile:  # in place, so the weights keep their names (in checkpoints too) whatever wraps the model next
-        # Block by block where the task names its blocks: one block's compiled code serves every block (a fraction
-        # of the compiling), and under FSDP2 it runs between the hooks that gather and free the block's weights.
-        for part in task.blocks(model):
-            part.compile()
-    strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay),
-                     warmup_then_cosine(plan.updates, config.warmup_fraction))
-    # The task's metrics checked on one held-out batch before the first step, not after the first epoch: a forward
-    # pass in eval mode, so the weights and the random numbers of training stay as they were.
-    evaluate(task, strategy, held_out, data.stats, process, most_batches=1)
-    # What a checkpoint must share with this run to be resumed from (JSON types: compared after a round trip).
-    identity = {**options_identity(config), "source": data.source, "train_rows": data.train_rows,
-                "test_rows": data.test_rows, "world_size": process.world_size}
-    checkpoints = Checkpoints(config.checkpoint_dir, process, config.keep_checkpoints, identity, log)
-    resumed = checkpoints.resume(strategy) if config.resume else None
-    if source and config.init_mode == "full":  # that run's progress, but this run's own MLflow run
-        resumed = {**checkpoints.continue_from(strategy, *source), "mlflow_run_id": None}
-    if resumed:
-        strategy.follow_schedule()  # this run's length may differ from the saved run's
-    history = resumed["history"] if resumed else []
-    epoch_totals = resumed.get("epoch_totals") if resumed else None
-    tracker = Tracker(config, process.is_main, environment, log)
-    run_id = tracker.start(params(config, data, process, per_rank), resumed.get("mlflow_run_id") if resumed else None)
-    flops = task.flops_per_token(model, options)
-    meter = StepMeter(process, flops, counts_tokens=task.counts_tokens)
+        self.strategy = strategy = strategies.create(config, process)
+        model = task.build_model(data.stats, options)
+        # --init-from: a new run starts from an earlier run's checkpoint; a rerun of this run resumes its own instead.
+        own = complete_steps(config.checkpoint_dir) if config.resume else []
+        source = named_checkpoint(config.init_from) if config.init_from and not own else None
+        if source and config.init_mode == "weights":
+            load_weights(model, strategies.checkpoint_weights(*source), os.path.join(*source))
+            log(f"--init-from: the model starts from the weights of {os.path.join(*source)}")
+        if config.activation_checkpointing:  # in place, so the weights keep their names
+            for block in task.blocks(model):
+                block.forward = recomputing(block.forward)
+        if config.compile:  # in place, so the weights keep their names (in checkpoints too) whatever wraps the model
+            # next. Block by block where the task names its blocks: one block's compiled code serves every block (a
+            # fraction of the compiling), and under FSDP2 it runs between the hooks that gather and free its weights.
+            for part in task.blocks(model):
+                part.compile()
+        strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay),
+                         warmup_then_cosine(plan.updates, config.warmup_fraction))
+        self.held_out_scores = partial(evaluate, task, strategy, self.held_out, data.stats, process)  # (most_batches)
+        # The task's metrics checked on one held-out batch before the first step, not after the first epoch: a forward
+        # pass in eval mode, so the weights and the random numbers of training stay as they were.
+        self.held_out_scores(most_batches=1)
 
-    step = resumed["step"] if resumed else 0
+        # What a checkpoint must share with this run to be resumed from (JSON types: compared after a round trip).
+        identity = {**options_identity(config), "source": data.source, "train_rows": data.train_rows,
+                    "test_rows": data.test_rows, "world_size": process.world_size}
+        self.checkpoints = Checkpoints(config.checkpoint_dir, process, config.keep_checkpoints, identity, log,
+                                       (config.checkpoint_every, config.checkpoint_every_steps))
+        resumed = self.checkpoints.resume(strategy) if config.resume else None
+        if source and config.init_mode == "full":  # that run's progress, but this run's own MLflow run
+            resumed = {**self.checkpoints.continue_from(strategy, *source), "mlflow_run_id": None}
+        if resumed:
+            strategy.follow_schedule()  # this run's length may differ from the saved run's
+        self.resumed_from_step = resumed["step"] if resumed else None
+        self.step = step = self.resumed_from_step or 0
+        self.history, self.epoch_totals = (resumed["history"], resumed.get("epoch_totals")) if resumed else ([], None)
+        self.tracker = Tracker(config, process.is_main, environment, log)
+        self.run_id = self.tracker.start(params(config, data, process, per_rank),
+                                         resumed.get("mlflow_run_id") if resumed else None)
+        flops = task.flops_per_token(model, options)
+        self.meter = StepMeter(process, flops, counts_tokens=task.counts_tokens)
+        log(f"Training {config.task} with {config.engine} on {process.world_size} {process.device.type.upper()} "
+            f"process(es) in {config.precision}: {per_rank} examples per rank, {plan.updates_per_epoch} optimizer "
+            f"steps per epoch, {plan.updates} in all ({plan.epochs} epoch(s)); steps {step + 1} to {plan.updates} in "
+            "this run.")
 
-    def settled(part: dict) -> None:
-        nonlocal epoch_totals
-        if part["updates"] and not math.isfinite(part["loss_sum"]):
-            raise NonFiniteLoss(f"the training loss became {part['loss_sum']} by step {step}: no checkpoint of it "
-                                f"was saved. {NON_FINITE_FIX}")
-        totals = epoch_totals or dict.fromkeys(("loss_sum", "items", "examples", "seconds"), 0.0)
-        epoch_totals = {name: total + part[name] for name, total in totals.items()}  # JSON numbers: in checkpoints
-
-    log(f"Training {config.task} with {config.engine} on {process.world_size} {process.device.type.upper()} "
-        f"process(es) in {config.precision}: {per_rank} examples per rank, {plan.updates_per_epoch} optimizer steps "
-        f"per epoch, {plan.updates} in all ({plan.epochs} epoch(s)); steps {step + 1} to {plan.updates} in this run.")
-    try:
+    def take_steps(self) -> None:
+        config, plan, process, strategy, step = self.config, self.plan, self.process, self.strategy, self.step
         while step < plan.updates:
             epoch, first = plan.epoch_of(step), step % plan.updates_per_epoch
-            epoch_totals = epoch_totals if first else None
+            self.epoch_totals = self.epoch_totals if first else None  # a resumed epoch's go on from its checkpoint's
             strategy.model.train()
             waited = time.perf_counter()
-            for window in batches.windows(epoch, first, plan.updates_per_epoch, config.grad_accumulation):
+            for window in self.batches.windows(epoch, first, plan.updates_per_epoch, config.grad_accumulation):
                 window = [strategy.to_device(batch) for batch in window]
                 data_seconds = time.perf_counter() - waited
                 learning_rate = strategy.learning_rate
-                loss_sum, items, grad_norm = update(task, strategy, window, process)
-                meter.add(loss_sum, items, sum(len(batch[0]) for batch in window), data_seconds)
-                step += 1
-                end_of_epoch, last = step % plan.updates_per_epoch == 0, step == plan.updates
-                if config.log_every_steps and step % config.log_every_steps == 0:
-                    figures, part = meter.report()
-                    settled(part)
-                    grad_norm = None if grad_norm is None else float(grad_norm)
-                    figures.update(learning_rate=learning_rate, grad_norm=grad_norm)
-                    if process.device.type == "cuda":
-                        figures["gpu_memory_gib"] = torch.cuda.max_memory_allocated(process.device) / 2 ** 30
-                    tracker.log_step(step, progress_metrics(figures))
-                    log(progress_line(step, plan, epoch, figures))
-                with meter.paused():  # evaluations and checkpoints are not training time
-                    if config.eval_every_steps and step % config.eval_every_steps == 0 and not (end_of_epoch or last):
-                        scores = evaluate(task, strategy, held_out, data.stats, process, config.eval_batches)
-                        tracker.log_step(step, {f"eval_{name}": value for name, value in scores.items()})
-                        log(f"step {step}  held-out loss on {config.eval_batches} batch(es) a process: "
-                            f"{scores['held_out_loss']:.4f}")
-                        strategy.model.train()
-                    save = last or (end_of_epoch and epoch % config.checkpoint_every == 0) or (
-                        config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0)
-                    if meter.updates and (end_of_epoch or save):  # the figures so far, checked, for a record or a save
-                        settled(meter.settle())
-                    if end_of_epoch or last:
-                        if history and history[-1]["epoch"] == epoch:  # a part of it, an earlier --max-steps' end
-                            history.pop()
-                        history.append(epoch_record(task, strategy, held_out, data.stats, process, epoch, step,
-                                                    epoch_totals, learning_rate))
-                        tracker.log_step(step, epoch_metrics(history[-1], end_of_epoch))
-                        log(f"epoch {epoch:>3}/{plan.epochs}  step {step}/{plan.updates}  train loss "
-                            f"{history[-1]['train_loss']:.4f}  held-out loss {history[-1]['held_out_loss']:.4f} "
-                            f"(trivial predictor: {history[-1]['baseline_loss']:.4f})  "
-                            f"{time.perf_counter() - started:.1f}s")
-                    if save:
-                        checkpoints.save(strategy, step, {"epoch": epoch, "history": history, "mlflow_run_id": run_id,
-                                                          "epoch_totals": None if end_of_epoch else epoch_totals})
-                if last:
+                loss_sum, items, grad_norm = update(self.task, strategy, window, process)
+                self.meter.add(loss_sum, items, sum(len(batch[0]) for batch in window), data_seconds)
+                step = self.step = step + 1
+                self.report_if_due(step, epoch, learning_rate, grad_norm)
+                with self.meter.paused():  # evaluations and checkpoints are not training time
+                    self.evaluate_if_due(step)
+                    self.record_epoch_if_due(step, epoch, learning_rate)
+                    self.save_checkpoint_if_due(step, epoch)
+                if step == plan.updates:
                     break
                 waited = time.perf_counter()
 
+    def report_if_due(self, step: int, epoch: int, learning_rate: float, grad_norm: torch.Tensor | None) -> None:
+        if self.config.log_every_steps and step % self.config.log_every_steps == 0:  # the figures since the last one
+            figures, part = self.meter.report()
+            self.add_to_epoch(part, step)
+            figures.update(learning_rate=learning_rate, grad_norm=None if grad_norm is None else float(grad_norm))
+            if self.process.device.type == "cuda":
+                figures["gpu_memory_gib"] = torch.cuda.max_memory_allocated(self.process.device) / 2 ** 30
+            self.tracker.log_step(step, progress_metrics(figures))
+            self.log(progress_line(step, self.plan, epoch, figures))
+
+    def evaluate_if_due(self, step: int) -> None:  # on --eval-batches batches a process
+        every, batches = self.config.eval_every_steps, self.config.eval_batches
+        if every and step % every == 0 and not self.plan.takes_record(step):  # a record evaluates in full anyway
+            scores = self.held_out_scores(batches)
+            self.tracker.log_step(step, {f"eval_{name}": value for name, value in scores.items()})
+            self.log(f"step {step}  held-out loss on {batches} batch(es) a process: {scores['held_out_loss']:.4f}")
+            self.strategy.model.train()
+
+    def record_epoch_if_due(self, step: int, epoch: int, learning_rate: float) -> None:  # evaluated in full
+        if not self.plan.takes_record(step):
+            return
+        totals, scores = self.settle(step), self.held_out_scores()
+        if not math.isfinite(scores["held_out_loss"]):
+            raise NonFiniteLoss(f"the held-out loss became {scores['held_out_loss']} in epoch {epoch}: nothing of this "
+                                f"epoch was saved. {NON_FINITE_FIX}")
+        if self.history and self.history[-1]["epoch"] == epoch:  # a part of it, an earlier --max-steps' end
+            self.history.pop()
+        self.history.append(record := {
+            "epoch": epoch, "step": step, "train_loss": totals["loss_sum"] / totals["items"],
+            "train_seconds": totals["seconds"], "examples_per_second": totals["examples"] / totals["seconds"],
+            "learning_rate": learning_rate, **scores})
+        self.tracker.log_step(step, epoch_metrics(record, self.plan.ends_epoch(step)))
+        self.log(f"epoch {epoch:>3}/{self.plan.epochs}  step {step}/{self.plan.updates}  train loss "
+                 f"{record['train_loss']:.4f}  held-out loss {record['held_out_loss']:.4f} "
+                 f"(trivial predictor: {record['baseline_loss']:.4f})  {time.perf_counter() - self.started:.1f}s")
+
+    def save_checkpoint_if_due(self, step: int, epoch: int) -> None:
+        if self.checkpoints.due(step, self.plan):  # mid-epoch, with the epoch's totals for its record on a resume
+            totals = None if self.plan.ends_epoch(step) else self.settle(step)
+            self.checkpoints.save(self.strategy, step, {"epoch": epoch, "history": self.history,
+                                                        "mlflow_run_id": self.run_id, "epoch_totals": totals})
+
+    def settle(self, step: int) -> dict | None:  # the epoch's totals up to `step`, for its record or a checkpoint
+        if self.meter.updates:
+            self.add_to_epoch(self.meter.settle(), step)
+        return self.epoch_totals
+
+    def add_to_epoch(self, part: dict, step: int) -> None:
+        if part["updates"] and not math.isfinite(part["loss_sum"]):
+            raise NonFiniteLoss(f"the training loss became {part['loss_sum']} by step {step}: no checkpoint of it "
+                                f"was saved. {NON_FINITE_FIX}")
+        totals = self.epoch_totals or dict.fromkeys(("loss_sum", "items", "examples", "seconds"), 0.0)
+        self.epoch_totals = {name: total + part[name] for name, total in totals.items()}  # JSON numbers: in checkpoints
+
+    def finish(self) -> dict:
+        config, process, history, step = self.config, self.process, self.history, self.step
         if not history:  # a resumed run whose budget was already spent: its last checkpoint's record stands
             raise ValueError(f"--max-steps {config.max_steps} is below the {step} steps the run in "
                              f"{config.output_dir} took already: give a larger --max-steps, or a new --output-dir")
         metrics = {"task": config.task, "engine": config.engine, "world_size": process.world_size,
             "device": process.device.type, "precision": config.precision,
-            "train_examples": per_rank * process.world_size, "held_out_loss": history[-1]["held_out_loss"],
+            "train_examples": self.per_rank * process.world_size, "held_out_loss": history[-1]["held_out_loss"],
             "baseline_loss": history[-1]["baseline_loss"], "final": history[-1], "epochs": history, "step": step,
-            "updates_per_epoch": plan.updates_per_epoch, "max_steps": config.max_steps,
-            "resumed_from_step": resumed["step"] if resumed else None,
-            **meter.totals(),  # examples_per_second, tokens_per_second, mfu
-            "seconds": round(distributed.max_over_ranks(process, time.perf_counter() - started), 2),
-            "staged_data": data.directory, "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
-            "mlflow_run_id": run_id, "job_run_id": config.job_run_id, "init_from": config.init_from}
-        weights = strategy.full_state_dict()  # a collective under ZeRO 3: every rank takes part
+            "updates_per_epoch": self.plan.updates_per_epoch, "max_steps": config.max_steps,
+            "resumed_from_step": self.resumed_from_step,
+            **self.meter.totals(),  # examples_per_second, tokens_per_second, mfu
+            "seconds": round(distributed.max_over_ranks(process, time.perf_counter() - self.started), 2),
+            "staged_data": self.data.directory, "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
+            "mlflow_run_id": self.run_id, "job_run_id": config.job_run_id, "init_from": config.init_from}
+        weights = self.strategy.full_state_dict()  # a collective under ZeRO 3: every rank takes part
         if process.is_main:  # the model before the metrics: a run with metrics.json is finished, its model there
             write_atomically(os.path.join(config.output_dir, MODEL_FILE), lambda file: torch.save(weights, file))
             write_json(metrics["metrics_file"], metrics)
-            tracker.log_file(metrics["metrics_file"])
-            trained = task.build_model(data.stats, options)
+            self.tracker.log_file(metrics["metrics_file"])
+            trained = self.task.build_model(self.data.stats, config.task_options)
             trained.load_state_dict(weights)
-            tracker.log_model(*task.exported_model(trained.eval(), data.stats, held_out))
-    except BaseException:
-        tracker.finish(succeeded=False)
-        raise
-    tracker.finish(succeeded=True)
-    return metrics
+            self.tracker.log_model(*self.task.exported_model(trained.eval(), self.data.stats, self.held_out))
+        return metrics
 
 
 @dataclass(frozen=True)
@@ -208,6 +240,12 @@ class Plan:
     def epoch_of(self, step: int) -> int:
         """The epoch (from 1) that the update after `step` updates belongs to."""
         return step // self.updates_per_epoch + 1
+
+    def ends_epoch(self, step: int) -> bool:  # whether the update that made `step` updates was its epoch's last
+        return step % self.updates_per_epoch == 0
+
+    def takes_record(self, step: int) -> bool:  # an epoch's record: where it ends, or where the run does
+        return self.ends_epoch(step) or step == self.updates
 
 
 def update(task, strategy, window: list[tuple], process: distributed.Process):
@@ -243,17 +281,6 @@ def recomputing(forward):
     # A Python function, not a functools.partial: torch.compile traces into the one and would skip the other.
     return lambda *inputs, **options: torch.utils.checkpoint.checkpoint(forward, *inputs, use_reentrant=False,
                                                                          **options)
-
-
-def epoch_record(task, strategy, held_out: tuple, stats: dict, process: distributed.Process, epoch: int, step: int,
-                 totals: dict, learning_rate: float) -> dict:
-    scores = evaluate(task, strategy, held_out, stats, process)
-    train_loss = totals["loss_sum"] / totals["items"]
-    if not math.isfinite(scores["held_out_loss"]):
-        raise NonFiniteLoss(f"the held-out loss became {scores['held_out_loss']} in epoch {epoch}: nothing of this "
-                            f"epoch was saved. {NON_FINITE_FIX}")
-    return {"epoch": epoch, "step": step, "train_loss": train_loss, "train_seconds": totals["seconds"],
-            "examples_per_second": totals["examples"] / totals["seconds"], "learning_rate": learning_rate, **scores}
 
 
 STEP_METRICS = ("train_loss", "learning_rate", "grad_norm", "tokens_per_second", "examples_per_second", "mfu",
