@@ -31,7 +31,7 @@ SHARED_SOURCE = REPOSITORY / "src"
 if str(SHARED_SOURCE) not in sys.path:
     sys.path.insert(0, str(SHARED_SOURCE))
 
-from distributed_training import answers, clusters, serverless  # noqa: E402  (needs the path above)
+from distributed_training.tooling import answers, clusters, serverless  # noqa: E402  (needs the path above)
 from distributed_training.compute.runtime import versions  # noqa: E402
 from distributed_training.findings import Finding  # noqa: E402
 

@@ -15,7 +15,7 @@ from textwrap import dedent
 import pytest
 import yaml
 
-from distributed_training.bundle.validate import validate_bundle
+from distributed_training.tooling.bundle.validate import validate_bundle
 
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 JOB_FILE = "resources/train.yml"

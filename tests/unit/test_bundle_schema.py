@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.bundle.schema import SCHEMA_ENV
-from distributed_training.bundle.validate import validate_bundle
-from distributed_training.cli import main
+from distributed_training.tooling.bundle.schema import SCHEMA_ENV
+from distributed_training.tooling.bundle.validate import validate_bundle
+from distributed_training.tooling.cli import main
 
 SCHEMA = os.environ.get(SCHEMA_ENV)
 needs_schema = pytest.mark.skipif(

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from distributed_training.bundle.clusters import (TRAINING_TAG, clusters_of, guard_findings, jobs_with_tasks,
+from distributed_training.tooling.bundle.clusters import (TRAINING_TAG, clusters_of, guard_findings, jobs_with_tasks,
                                                   request_from_cluster, training_cluster)
 from distributed_training.compute import preflight
 from distributed_training.compute.catalog import Catalog, default_catalog

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.bundle.schema import SCHEMA_ENV
+from distributed_training.tooling.bundle.schema import SCHEMA_ENV
 from distributed_training.compute.runtime import versions
 
 SCHEMA = os.environ.get(SCHEMA_ENV)

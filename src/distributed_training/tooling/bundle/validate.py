@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path as FilePath
 from typing import Iterable
 
-from ..compute.catalog import Catalog, CatalogError, default_catalog, load_catalog
-from ..findings import Finding
+from ...compute.catalog import Catalog, CatalogError, default_catalog, load_catalog
+from ...findings import Finding
 from . import checks
 from .artifacts import artifact_findings
 from .clusters import clusters_of, guard_findings, jobs_with_tasks

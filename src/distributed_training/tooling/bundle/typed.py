@@ -26,7 +26,7 @@ from dataclasses import MISSING, fields, is_dataclass
 from importlib.metadata import version as package_version
 from typing import Any, Callable, Mapping
 
-from ..findings import Finding
+from ...findings import Finding
 from .clusters import jobs_of
 from .paths import Path, format_path
 

@@ -12,11 +12,11 @@ import yaml
 from . import serverless
 from .bundle.clusters import request_from_cluster
 from .clusters import default_spark_version, gpus_per_node, new_cluster
-from .compute.catalog import CLOUDS, default_catalog
-from .compute.guards import check_cluster
-from .compute.requirements import ENGINES, SPARK_ML_CONNECT
-from .compute.runtime import versions
-from .findings import Finding
+from ..compute.catalog import CLOUDS, default_catalog
+from ..compute.guards import check_cluster
+from ..compute.requirements import ENGINES, SPARK_ML_CONNECT
+from ..compute.runtime import versions
+from ..findings import Finding
 
 ALL_ENGINES = "all"
 TASKS = ("fare_regression", "causal_lm")

@@ -15,7 +15,7 @@ import posixpath
 from pathlib import Path as FilePath
 from typing import Mapping
 
-from ..findings import Finding
+from ...findings import Finding
 from .clusters import as_list, as_mapping
 from .loader import bad_pattern, glob_like_go
 from .paths import format_path

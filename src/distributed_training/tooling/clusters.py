@@ -8,10 +8,10 @@ Spark ML on the standard runtime. See compute/versions.yaml.
 
 from __future__ import annotations
 
-from .compute.catalog import Catalog, default_catalog
-from .compute.guards import OVERRIDE_TAG
-from .compute.requirements import REQUIREMENTS, SPARK_ML_CONNECT
-from .compute.runtime import parse_runtime, versions
+from ..compute.catalog import Catalog, default_catalog
+from ..compute.guards import OVERRIDE_TAG
+from ..compute.requirements import REQUIREMENTS, SPARK_ML_CONNECT
+from ..compute.runtime import parse_runtime, versions
 
 # On-demand capacity: a preempted spot node kills every process of a distributed training run.
 ON_DEMAND = {

@@ -17,7 +17,7 @@ import re
 from pathlib import Path as FilePath
 from typing import Any, Mapping
 
-from ..findings import Finding
+from ...findings import Finding
 from .clusters import Jobs
 from .paths import format_path
 

@@ -45,7 +45,7 @@ import stat
 from pathlib import Path as FilePath
 from typing import Any, Iterator, Mapping
 
-from ..findings import Finding
+from ...findings import Finding
 from .clusters import Jobs, as_list, as_mapping
 from .loader import glob_like_go
 from .paths import Path, format_path, get_at

@@ -12,23 +12,24 @@ import argparse
 import importlib
 import sys
 
-# name -> (module relative to this package, one-line help)
+PACKAGE = __package__.rpartition(".")[0]  # what `python -m` runs: the package that holds the tooling and the runtime
+# name -> (module relative to the tooling, one-line help)
 TOOLS = {
     "validate": (".bundle.validate", "check a bundle offline by the Databricks CLI's rules and severities, and the "
                                      "compute guards"),
     "advise": (".advise", "single node or several, which engine and node type, from model and data size"),
     "run": (".remote.run", "run a deployed job and follow it to the end"),
 }
-# the runtime's own, whose parsers are their own: name -> (module, one-line help)
+# the runtime's own, whose parsers are their own: name -> (module relative to the tooling, one-line help)
 RUNTIME = {
-    "train": (".launch", "train with one engine, on the cluster or locally (--local); `train --help` lists its "
-                         "options"),
-    "score": (".scoring", "score a table with a training run's model; `score --help` lists its options"),
+    "train": ("..launch", "train with one engine, on the cluster or locally (--local); `train --help` lists its "
+                          "options"),
+    "score": ("..scoring", "score a table with a training run's model; `score --help` lists its options"),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {PACKAGE}", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in RUNTIME.items():
         subparsers.add_parser(name, help=help_text, add_help=False)

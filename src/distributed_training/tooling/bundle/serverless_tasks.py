@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Any, Mapping
 
-from ..findings import Finding
+from ...findings import Finding
 from ..serverless import check_accelerators, check_engine
 from .clusters import Jobs, as_list, as_mapping, task_engine
 from .paths import Path, format_path

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path as FilePath
 
-from ..findings import Finding
+from ...findings import Finding
 from .clusters import Jobs
 from .paths import format_path
 from .wheel_tasks import read_pyproject

@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from ..findings import Finding
+from ...findings import Finding
 from .paths import Path, format_path
 
 MERGE_TAG = "tag:yaml.org,2002:merge"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Any, Mapping
 
-from ..findings import Finding
+from ...findings import Finding
 from .paths import format_path
 from .sourced import file_at
 from .yaml_files import MAX_FILE_BYTES, special_file_kind

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from ..findings import Finding
+from ...findings import Finding
 from .clusters import as_list, as_mapping
 from .paths import format_path
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator, Mapping
 
-from ..compute.catalog import Catalog, default_catalog
-from ..compute.guards import OVERRIDE_TAG, ClusterRequest, check_cluster
-from ..compute.runtime import parse_runtime
-from ..findings import Finding
+from ...compute.catalog import Catalog, default_catalog
+from ...compute.guards import OVERRIDE_TAG, ClusterRequest, check_cluster
+from ...compute.runtime import parse_runtime
+from ...findings import Finding
 from .paths import Path, format_path
 
 CLUSTER_REFERENCE = re.compile(r"^\$\{resources\.clusters\.([^.}]+)\.id\}$")

@@ -36,8 +36,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from ..compute.catalog import CLOUDS, Catalog, NodeType, default_catalog
-from ..compute.requirements import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTRIBUTOR
+from ...compute.catalog import CLOUDS, Catalog, NodeType, default_catalog
+from ...compute.requirements import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTRIBUTOR
 from ..serverless import ACCELERATORS, SERVERLESS_GPU
 from .memory import (
     HEADROOM, MLP, NAMED_MODELS, OPTIMIZERS, PRECISIONS, TRANSFORMER, Estimate, ModelShape, Sharding, Term,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..findings import Finding
+from ...findings import Finding
 from .clusters import as_mapping
 
 IDENTITIES = ("user_name", "service_principal_name")

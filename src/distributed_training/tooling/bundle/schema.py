@@ -22,7 +22,7 @@ import stat
 from pathlib import Path as FilePath
 from typing import Any
 
-from ..findings import Finding
+from ...findings import Finding
 from .paths import format_path
 
 SCHEMA_ENV = "DATABRICKS_BUNDLE_SCHEMA"

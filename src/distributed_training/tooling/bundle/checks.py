@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..findings import Finding
+from ...findings import Finding
 from .clusters import Jobs, as_mapping, task_clusters, task_option
 from .paths import Path, format_path
 from .sourced import file_at

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import Any
 
-from ..findings import Finding
+from ...findings import Finding
 from .config_fields import ROOT_FIELDS, TARGET_FIELDS
 from .merging import apply_target, merge_into, merge_keyed_lists
 from .paths import format_path

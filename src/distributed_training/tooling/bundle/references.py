@@ -19,7 +19,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..findings import Finding
+from ...findings import Finding
 from .config_fields import unknown_field
 from .paths import Path, format_path, get_at, walk_strings
 from .variables import Variable

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .compute.guards import is_reference
-from .compute.requirements import DEEPSPEED, ENGINES, TORCH_DISTRIBUTOR
-from .compute.runtime import versions
-from .findings import Finding
+from ..compute.guards import is_reference
+from ..compute.requirements import DEEPSPEED, ENGINES, TORCH_DISTRIBUTOR
+from ..compute.runtime import versions
+from ..findings import Finding
 
 CLASSIC = "classic"
 SERVERLESS_GPU = "serverless_gpu"
