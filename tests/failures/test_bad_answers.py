@@ -302,7 +302,7 @@ def _classic_answers(cloud: str, engine: str, **changed: str) -> dict:
     """Every answer at the template's default for the cloud and engine (as cookiecutter.json computes them), then
     `changed`."""
     from distributed_training.tooling.answers import SERVERLESS_ANSWERS, default_cpu_node_type, default_node_type
-    from distributed_training.tooling.clusters import default_spark_version
+    from distributed_training.tooling.cluster_specs import default_spark_version
 
     answers = {"project_name": "My Training", "project_slug": "my-training", "package_name": "my_training",
                "cloud": cloud, "engine": engine, "task": "fare_regression", "compute": "classic",

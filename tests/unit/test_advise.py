@@ -17,7 +17,7 @@ from distributed_training.tooling.advise.memory import (
 )
 from distributed_training.tooling.answers import check_answers, default_cpu_node_type
 from distributed_training.tooling.cli import main
-from distributed_training.tooling.clusters import default_spark_version
+from distributed_training.tooling.cluster_specs import default_spark_version
 from distributed_training.compute.catalog import Catalog, default_catalog
 from distributed_training.compute.requirements import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTRIBUTOR
 

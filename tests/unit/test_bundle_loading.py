@@ -11,7 +11,7 @@ import pytest
 from distributed_training.tooling.bundle.loader import NotABundle, load_bundle
 from distributed_training.tooling.bundle.paths import format_path, parse_path
 from distributed_training.tooling.bundle.references import Resolver, references_in, substitute
-from distributed_training.tooling.bundle.sourced import file_at
+from distributed_training.tooling.bundle.sourced_trees import file_at
 from distributed_training.tooling.bundle.validate import validate_bundle
 from distributed_training.tooling.bundle.variables import target_variables
 

@@ -10,8 +10,8 @@ from typing import Mapping
 import yaml
 
 from . import serverless
-from .bundle.clusters import request_from_cluster
-from .clusters import default_spark_version, gpus_per_node, new_cluster
+from .bundle.jobs_and_clusters import request_from_cluster
+from .cluster_specs import default_spark_version, gpus_per_node, new_cluster
 from ..compute.catalog import CLOUDS, default_catalog
 from ..compute.guards import check_cluster
 from ..compute.requirements import ENGINES, SPARK_ML_CONNECT
@@ -90,7 +90,7 @@ def scoring_cluster(answers: Mapping, engine: str) -> dict:
     have none), so that Spark gives each Python worker that loads the model a GPU of its own. On one node Spark
     schedules no GPUs (local mode), and `score` bounds the models a GPU itself (--models-per-gpu)."""
     cluster = job_cluster(answers, engine)
-    if "spark_conf" in cluster:  # a multi-node GPU cluster (clusters.new_cluster)
+    if "spark_conf" in cluster:  # a multi-node GPU cluster (cluster_specs.new_cluster)
         cluster["spark_conf"] = {**cluster["spark_conf"], "spark.task.resource.gpu.amount": "1"}
     return cluster
 

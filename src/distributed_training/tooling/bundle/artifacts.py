@@ -16,10 +16,10 @@ from pathlib import Path as FilePath
 from typing import Mapping
 
 from ...findings import Finding
-from .clusters import as_list, as_mapping
+from .jobs_and_clusters import as_list, as_mapping
 from .loader import bad_pattern, glob_like_go
 from .paths import format_path
-from .sourced import file_at
+from .sourced_trees import file_at
 
 
 def artifact_findings(tree: Mapping, sourced: Mapping, bundle_root: FilePath) -> list[Finding]:

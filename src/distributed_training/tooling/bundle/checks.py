@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ...findings import Finding
-from .clusters import Jobs, as_mapping, task_clusters, task_option
+from .jobs_and_clusters import Jobs, as_mapping, task_clusters, task_option
 from .paths import Path, format_path
-from .sourced import file_at
+from .sourced_trees import file_at
 
 SINGLE_NODE_PROFILE = ("spark.databricks.cluster.profile", "singleNode")
 SINGLE_NODE_TAG = ("ResourceClass", "SingleNode")

@@ -20,7 +20,7 @@ from ...findings import Finding
 from .config_fields import ROOT_FIELDS, TARGET_FIELDS
 from .merging import apply_target, merge_into, merge_keyed_lists
 from .paths import format_path
-from .sourced import SourcedDict, attach_source
+from .sourced_trees import SourcedDict, attach_source
 from .yaml_files import ValueBudget, YamlFile, gc_paused, load_yaml
 
 ROOT_FILE_NAMES = ("databricks.yml", "databricks.yaml", "bundle.yml", "bundle.yaml")  # bundle/config/filename.go

@@ -46,11 +46,11 @@ from pathlib import Path as FilePath
 from typing import Any, Iterator, Mapping
 
 from ...findings import Finding
-from .clusters import Jobs, as_list, as_mapping
+from .jobs_and_clusters import Jobs, as_list, as_mapping
 from .loader import glob_like_go
 from .paths import Path, format_path, get_at
 from .references import references_in
-from .sourced import file_at
+from .sourced_trees import file_at
 from .yaml_files import special_file_kind
 
 NOTEBOOK, FILE, DIRECTORY, READ, GLOB = "notebook", "file", "directory", "read", "glob"  # what a path must be

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .sourced import SourcedDict, SourcedList, source_of
+from .sourced_trees import SourcedDict, SourcedList, source_of
 
 TARGET_MERGED_FIELDS = ("bundle", "workspace", "artifacts", "resources", "sync", "permissions", "presets")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 from ...findings import Finding
-from .clusters import as_list, as_mapping
+from .jobs_and_clusters import as_list, as_mapping
 from .paths import format_path
 
 

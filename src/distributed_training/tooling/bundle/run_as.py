@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...findings import Finding
-from .clusters import as_mapping
+from .jobs_and_clusters import as_mapping
 
 IDENTITIES = ("user_name", "service_principal_name")
 DEPLOYER = "${workspace.current_user.userName}"

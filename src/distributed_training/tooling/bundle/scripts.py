@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...findings import Finding
-from .clusters import as_mapping
+from .jobs_and_clusters import as_mapping
 from .paths import format_path
 from .references import references_in
 

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from ...findings import Finding
 from ..serverless import check_accelerators, check_engine
-from .clusters import Jobs, as_list, as_mapping, task_engine
+from .jobs_and_clusters import Jobs, as_list, as_mapping, task_engine
 from .paths import Path, format_path
 
 CLASSIC_TASK_COMPUTE = ("job_cluster_key", "new_cluster", "existing_cluster_id", "libraries")

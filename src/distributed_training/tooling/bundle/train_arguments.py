@@ -22,7 +22,7 @@ import sys
 from pathlib import Path as FilePath
 
 from ...findings import Finding
-from .clusters import Jobs
+from .jobs_and_clusters import Jobs
 from .paths import format_path
 from .wheel_tasks import read_pyproject
 

@@ -3,14 +3,14 @@
 Layers, for every target (or the bundle itself when it declares none):
 1. loading: YAML syntax, include globs, resource keys defined twice (see `loader`);
 2. the CLI's JSON schema, when one is given: every file, the merged files, each target (see `schema`);
-3. every job against the fields and kinds of the CLI's structs (see `typed`);
+3. every job against the fields and kinds of the CLI's structs (see `field_kinds`);
 4. references and variables, and rules the schema cannot express (see `references`, `checks`, `wheel_tasks`),
    serverless GPU tasks among them (`serverless_tasks`), the project files the CLI resolves paths to
    (`local_paths`), and the jobs' arguments to the project's own `train` (`train_arguments`);
 5. what the CLI refuses while it initializes the bundle: `run_as`, workspace paths, other resources' fields
    (`resource_fields`), `artifacts`, `scripts`;
-6. the compute guards on every cluster that trains (`clusters`), over the project's own node-type catalog when it has
-   one (src/<package>/compute/node_types.yaml), else this package's.
+6. the compute guards on every cluster that trains (`jobs_and_clusters`), over the project's own node-type catalog
+   when it has one (src/<package>/compute/node_types.yaml), else this package's.
 
 Severities follow the Databricks CLI's: what `databricks bundle validate` reports as an error (or what fails the
 deploy or the run for certain) is an error; what it warns about, or accepts, is at most a warning.
@@ -32,7 +32,7 @@ from ...compute.catalog import Catalog, CatalogError, default_catalog, load_cata
 from ...findings import Finding
 from . import checks
 from .artifacts import artifact_findings
-from .clusters import clusters_of, guard_findings, jobs_with_tasks
+from .jobs_and_clusters import clusters_of, guard_findings, jobs_with_tasks
 from .loader import IMPLICIT_TARGET, Bundle, NotABundle, load_bundle
 from .local_paths import local_path_findings
 from .merging import merge_keyed_lists
@@ -43,8 +43,8 @@ from .run_as import run_as_findings
 from .schema import SCHEMA_ENV, SchemaUnavailable, load_validator, schema_findings
 from .scripts import script_findings
 from .serverless_tasks import TargetDeploy, serverless_gpu_findings
-from .sourced import file_at
-from .typed import typed_findings
+from .sourced_trees import file_at
+from .field_kinds import typed_findings
 from .variables import (missing_value_findings, read_overrides, target_variables,
                         undeclared_target_variable_findings)
 from .train_arguments import train_argument_findings

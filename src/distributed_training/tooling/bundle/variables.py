@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from ...findings import Finding
 from .paths import format_path
-from .sourced import file_at
+from .sourced_trees import file_at
 from .yaml_files import MAX_FILE_BYTES, special_file_kind
 
 ENV_PREFIX = "BUNDLE_VAR_"

@@ -18,7 +18,7 @@ from pathlib import Path as FilePath
 from typing import Any, Mapping
 
 from ...findings import Finding
-from .clusters import Jobs
+from .jobs_and_clusters import Jobs
 from .paths import format_path
 
 

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 
-from .patience import WorkspaceUnavailable
+from .retry_policy import WorkspaceUnavailable
 
 TRANSIENT_STATUSES = {429, 500, 502, 503, 504}
 RECONNECT_EVERY = 1.0  # seconds between two tries to open a connection the host refused

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..bundle.loader import IMPLICIT_TARGET, load_bundle
-from .patience import Patience
+from .retry_policy import Patience
 
 STATE_FOLDER = Path(".databricks", "bundle")
 TERRAFORM_STATE = Path("terraform", "terraform.tfstate")

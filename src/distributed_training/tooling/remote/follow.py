@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .patience import NO_ANSWER, Patience
+from .retry_policy import NO_ANSWER, Patience
 from .progress import ProgressLine
 from .run_state import phase, run_summary
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from .patience import Patience, WorkspaceUnavailable, describe_error
+from .retry_policy import Patience, WorkspaceUnavailable, describe_error
 from .progress import format_elapsed
 from .run_state import phase, unsuccessful_tasks
 

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from ..bundle.loader import NotABundle
     from .credentials import CannotAuthenticate
     from .deployment import DeploymentError, check_job_key, find_deployed_job, read_bundle_target
-    from .patience import Patience, WorkspaceUnavailable
+    from .retry_policy import Patience, WorkspaceUnavailable
     from .progress import ProgressLine
 
     out = sys.stdout

@@ -27,7 +27,7 @@ from importlib.metadata import version as package_version
 from typing import Any, Callable, Mapping
 
 from ...findings import Finding
-from .clusters import jobs_of
+from .jobs_and_clusters import jobs_of
 from .paths import Path, format_path
 
 INSTALL_HINT = "pip install databricks-bundles"
