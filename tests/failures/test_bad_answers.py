@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from cookiecutter.exceptions import FailedHookException
 
-from distributed_training.tooling.answers import ANSWERS, DEPENDENCIES, check_answers
 from distributed_training.compute.catalog import default_catalog
+from distributed_training.tooling.answers import ANSWERS, DEPENDENCIES, check_answers
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "distributed-training"
 COOKIECUTTER = Path(sys.executable).with_name("cookiecutter")

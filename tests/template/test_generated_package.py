@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.tooling.bundle.wheel_tasks import read_pyproject
 from distributed_training.compute.requirements import ENGINES
+from distributed_training.tooling.bundle.wheel_tasks import read_pyproject
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 SHARED = REPOSITORY / "src" / "distributed_training"

@@ -18,9 +18,10 @@ import pytest
 import yaml
 from cookiecutter.exceptions import FailedHookException
 
-from distributed_training.tooling.advise import add_arguments, advise, job_from_args
-from distributed_training.tooling.bundle.validate import validate_bundle
 from distributed_training.compute.runtime import versions
+from distributed_training.tooling.advise.command import add_arguments, job_from_args
+from distributed_training.tooling.advise.search import advise
+from distributed_training.tooling.bundle.validate import validate_bundle
 from distributed_training.tooling.serverless import ACCELERATORS, SERVERLESS_ENGINES
 
 COMMAND_PATH = "${workspace.file_path}/src/command.sh"

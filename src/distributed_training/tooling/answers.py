@@ -9,14 +9,14 @@ from typing import Mapping
 
 import yaml
 
-from . import serverless
-from .bundle.jobs_and_clusters import request_from_cluster
-from .cluster_specs import default_spark_version, gpus_per_node, new_cluster
 from ..compute.catalog import CLOUDS, default_catalog
 from ..compute.guards import check_cluster
 from ..compute.requirements import ENGINES, SPARK_ML_CONNECT
 from ..compute.runtime import versions
 from ..findings import Finding
+from . import serverless
+from .bundle.jobs_and_clusters import request_from_cluster
+from .cluster_specs import default_spark_version, gpus_per_node, new_cluster
 
 ALL_ENGINES = "all"
 TASKS = ("fare_regression", "causal_lm")

@@ -17,7 +17,7 @@ PACKAGE = __package__.rpartition(".")[0]  # what `python -m` runs: the package t
 TOOLS = {
     "validate": (".bundle.validate", "check a bundle offline by the Databricks CLI's rules and severities, and the "
                                      "compute guards"),
-    "advise": (".advise", "single node or several, which engine and node type, from model and data size"),
+    "advise": (".advise.command", "single node or several, which engine and node type, from model and data size"),
     "run": (".remote.run", "run a deployed job and follow it to the end"),
 }
 # the runtime's own, whose parsers are their own: name -> (module relative to the tooling, one-line help)

@@ -32,6 +32,7 @@ from ...compute.catalog import Catalog, CatalogError, default_catalog, load_cata
 from ...findings import Finding
 from . import checks
 from .artifacts import artifact_findings
+from .field_kinds import typed_findings
 from .jobs_and_clusters import clusters_of, guard_findings, jobs_with_tasks
 from .loader import IMPLICIT_TARGET, Bundle, NotABundle, load_bundle
 from .local_paths import local_path_findings
@@ -44,7 +45,6 @@ from .schema import SCHEMA_ENV, SchemaUnavailable, load_validator, schema_findin
 from .scripts import script_findings
 from .serverless_tasks import TargetDeploy, serverless_gpu_findings
 from .sourced_trees import file_at
-from .field_kinds import typed_findings
 from .variables import (missing_value_findings, read_overrides, target_variables,
                         undeclared_target_variable_findings)
 from .train_arguments import train_argument_findings
