@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 from ...compute.catalog import CLOUDS
+from ...config import bounded
 from .memory import (MLP, NAMED_MODELS, OPTIMIZERS, PRECISIONS, TRANSFORMER, ModelShape, Training, mlp_params,
                      parse_count)
 from .plan import CLASSICAL, MAX_DATASET_GB, AdviseError, Job
@@ -18,30 +18,12 @@ MODEL_TYPES = (TRANSFORMER, MLP, CLASSICAL)
 MAX_SIZE = 10**9  # layers, widths, batch, sequence length: beyond this the arithmetic describes no real model
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    if value > MAX_SIZE:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at most {MAX_SIZE:,}")
-    return value
-
-
-def _size_gb(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size in GB") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite size in GB")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be above 0 (the dataset's size on disk, in GB)")
-    if value > MAX_DATASET_GB:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at most {MAX_DATASET_GB:,.0f} GB (an exabyte)")
-    return value
+positive_size = bounded(int, 1, MAX_SIZE, unreadable="{text!r} is not a whole number",
+                        too_low="{text!r} must be 1 or more", too_high=f"{{text!r}} must be at most {MAX_SIZE:,}")
+dataset_size = bounded(float, 0, MAX_DATASET_GB, low_open=True, unreadable="{text!r} is not a size in GB",
+                       not_finite="{text!r} is not a finite size in GB",
+                       too_low="{text!r} must be above 0 (the dataset's size on disk, in GB)",
+                       too_high=f"{{text!r}} must be at most {MAX_DATASET_GB:,.0f} GB (an exabyte)")
 
 
 def _count(text: str) -> float:
@@ -57,22 +39,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--params", type=_count, help="parameter count: 1.3e9, 1.3B, 350M")
     model.add_argument("--model-type", choices=MODEL_TYPES, default=TRANSFORMER,
                        help="transformer (default); mlp on tabular features; classical: Spark ML on CPU nodes")
-    model.add_argument("--layers", type=_positive_int, help="transformer layers, or MLP hidden layers")
-    model.add_argument("--hidden", type=_positive_int, help="hidden size (MLP: width of each hidden layer)")
-    model.add_argument("--heads", type=_positive_int, help="attention heads (transformer)")
-    model.add_argument("--vocab", type=_positive_int, help="vocabulary size; counts the output logits")
-    model.add_argument("--features", type=_positive_int, help="input features (mlp)")
+    model.add_argument("--layers", type=positive_size, help="transformer layers, or MLP hidden layers")
+    model.add_argument("--hidden", type=positive_size, help="hidden size (MLP: width of each hidden layer)")
+    model.add_argument("--heads", type=positive_size, help="attention heads (transformer)")
+    model.add_argument("--vocab", type=positive_size, help="vocabulary size; counts the output logits")
+    model.add_argument("--features", type=positive_size, help="input features (mlp)")
     training = parser.add_argument_group("training")
     training.add_argument("--precision", choices=PRECISIONS, default="bf16", help="bf16 or fp16 (mixed), or fp32")
     training.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
-    training.add_argument("--batch-size", type=_positive_int, default=8, help="micro-batch per GPU (default 8)")
-    training.add_argument("--seq-len", type=_positive_int, default=1024, help="sequence length (default 1024)")
+    training.add_argument("--batch-size", type=positive_size, default=8, help="micro-batch per GPU (default 8)")
+    training.add_argument("--seq-len", type=positive_size, default=1024, help="sequence length (default 1024)")
     training.add_argument("--flash-attention", action="store_true",
                           help="fused attention (FlashAttention, PyTorch SDPA): attention scores are not stored")
     training.add_argument("--activation-checkpointing", action="store_true",
                           help="the model always checkpoints its activations (otherwise advised only when needed)")
     where = parser.add_argument_group("data and compute")
-    where.add_argument("--dataset-gb", type=_size_gb, default=0.0, help="dataset size on disk, GB")
+    where.add_argument("--dataset-gb", type=dataset_size, default=0.0, help="dataset size on disk, GB")
     where.add_argument("--cloud", choices=CLOUDS, required=True)
     where.add_argument("--node-type", help="consider only this node type (from the catalog)")
     where.add_argument("--prefer-ray", action="store_true", help="use Ray Train when no DeepSpeed sharding is needed")

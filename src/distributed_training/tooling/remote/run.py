@@ -24,6 +24,8 @@ import math
 import sys
 import uuid
 
+from ...config import bounded
+
 EXIT_SUCCEEDED = 0
 EXIT_RUN_FAILED = 1
 EXIT_ERROR = 2
@@ -49,14 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--param", action="append", type=_parameter, default=[], metavar="KEY=VALUE",
                         help="a job parameter for this run (repeatable), e.g. --param epochs=3")
     parser.add_argument("--no-wait", action="store_true", help="start the run, print its page, and return")
-    parser.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive_seconds, metavar="SECONDS",
                         help=f"stop waiting after this long (the run goes on; exit code {EXIT_STILL_RUNNING})")
-    parser.add_argument("--poll-interval", type=_positive_seconds, default=5.0, metavar="SECONDS",
+    parser.add_argument("--poll-interval", type=positive_seconds, default=5.0, metavar="SECONDS",
                         help="seconds between two reads of the run's state (default 5)")
-    parser.add_argument("--api-patience", type=_positive_seconds, default=600.0, metavar="SECONDS",
+    parser.add_argument("--api-patience", type=positive_seconds, default=600.0, metavar="SECONDS",
                         help="how long to keep retrying while the workspace answers only with transient errors "
                              "(5xx, 429) or stops answering, before giving up (default 600)")
-    parser.add_argument("--connect-timeout", type=_positive_seconds, default=float(CONNECT_SECONDS),
+    parser.add_argument("--connect-timeout", type=positive_seconds, default=float(CONNECT_SECONDS),
                         metavar="SECONDS", help="how long to wait for the workspace's first answer (a wrong host, "
                         f"a network that does not reach it) before giving up (default {CONNECT_SECONDS})")
 
@@ -68,16 +70,9 @@ def _parameter(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(seconds):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds")
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
-    return seconds
+positive_seconds = bounded(float, 0, low_open=True, unreadable="{text!r} is not a number of seconds",
+                           not_finite="{text!r}: give a finite number of seconds",
+                           too_low="{text!r}: give a number of seconds above 0")
 
 
 def run(args: argparse.Namespace) -> int:
