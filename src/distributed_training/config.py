@@ -36,31 +36,33 @@ class ConfigError(ValueError):
 def bounded(read: Callable[[str], Any], low: float, high: float = math.inf, *, low_open: bool = False,
             unreadable: str, too_low: str, too_high: str = "", not_finite: str = "") -> Callable[[str], Any]:
     """An argparse type: `read` the text (int or float), then hold the value within low..high (above low where
-    `low_open`). Each message is a format string of the `text` given and the `value` read; `not_finite` is a float's
-    inf or nan."""
+    `low_open`). Each message is a format string of the `text` given, the `value` read, `low` and `high`;
+    `not_finite` is a float's inf or nan."""
     def parse(text: str) -> Any:
         try:
             value = read(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(unreadable.format(text=text)) from None
+            raise argparse.ArgumentTypeError(unreadable.format(text=text, low=low, high=high)) from None
         if isinstance(value, float) and not math.isfinite(value):
-            raise argparse.ArgumentTypeError(not_finite.format(text=text, value=value))
-        if value < low or (low_open and value == low):
-            raise argparse.ArgumentTypeError(too_low.format(text=text, value=value))
-        if value > high:
-            raise argparse.ArgumentTypeError(too_high.format(text=text, value=value))
-        return value
+            refused = not_finite
+        elif value < low or (low_open and value == low):
+            refused = too_low
+        elif value > high:
+            refused = too_high
+        else:
+            return value
+        raise argparse.ArgumentTypeError(refused.format(text=text, value=value, low=low, high=high))
     return parse
 
 
 def whole(low: int, high: int) -> Callable[[str], int]:
-    outside = f"{{value}} is outside {low}..{high}"
+    outside = "{value} is outside {low}..{high}"
     return bounded(int, low, high, unreadable="{text!r} is not a whole number", too_low=outside, too_high=outside)
 
 
 def number(low: float, high: float, low_open: bool = False) -> Callable[[str], float]:
-    bound = f"above {low:g}" if low_open else f"at least {low:g}"
-    refused = f"{{text}} must be a finite number {bound} and at most {high:g}"
+    bound = "above {low:g}" if low_open else "at least {low:g}"
+    refused = "{text} must be a finite number " + bound + " and at most {high:g}"
     return bounded(float, low, high, low_open=low_open, unreadable="{text!r} is not a number", too_low=refused,
                    too_high=refused, not_finite=refused)
 

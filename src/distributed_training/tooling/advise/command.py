@@ -19,11 +19,11 @@ MAX_SIZE = 10**9  # layers, widths, batch, sequence length: beyond this the arit
 
 
 positive_size = bounded(int, 1, MAX_SIZE, unreadable="{text!r} is not a whole number",
-                        too_low="{text!r} must be 1 or more", too_high=f"{{text!r}} must be at most {MAX_SIZE:,}")
+                        too_low="{text!r} must be 1 or more", too_high="{text!r} must be at most {high:,}")
 dataset_size = bounded(float, 0, MAX_DATASET_GB, low_open=True, unreadable="{text!r} is not a size in GB",
                        not_finite="{text!r} is not a finite size in GB",
                        too_low="{text!r} must be above 0 (the dataset's size on disk, in GB)",
-                       too_high=f"{{text!r}} must be at most {MAX_DATASET_GB:,.0f} GB (an exabyte)")
+                       too_high="{text!r} must be at most {high:,.0f} GB (an exabyte)")
 
 
 def _count(text: str) -> float:
