@@ -28,8 +28,8 @@ def tooling_imports(package: Path, path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             base = here[:len(here) - node.level + 1] if node.level else []
             module = [*base, *(node.module.split(".") if node.module else [])]
-            written = f"from {'.' * node.level}{node.module or ''} import "
-            targets = [(".".join([*module, alias.name]), written + alias.name) for alias in node.names]
+            statement = f"from {'.' * node.level}{node.module or ''} import "
+            targets = [(".".join([*module, alias.name]), statement + alias.name) for alias in node.names]
         else:
             continue
         found += [f"line {node.lineno}: {written}" for target, written in targets

@@ -21,7 +21,7 @@ ENGINE_FILES = {
 }
 ignored = shutil.ignore_patterns("__pycache__", "*.pyc")
 for source in SHARED_PACKAGE.iterdir():
-    if source.name in NOT_CARRIED or source.suffix == ".pyc":
+    if source.name in NOT_CARRIED:
         continue
     if source.is_dir():
         shutil.copytree(source, PACKAGE / source.name, ignore=ignored)
