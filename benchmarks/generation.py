@@ -58,7 +58,7 @@ def run(work_dir: str, quick: bool) -> list[Row]:
 def _large_bundle(folder: Path, jobs: int, repetitions: int) -> list[Row]:
     import yaml
 
-    from distributed_training.bundle.validate import validate_bundle
+    from distributed_training.tooling.bundle.validate import validate_bundle
 
     _notebook_jobs(folder, jobs)
     files = [folder / "databricks.yml", *sorted((folder / "resources").iterdir())]
@@ -98,7 +98,7 @@ def _notebook_jobs(folder: Path, jobs: int) -> None:
 def _render_and_validate(answers: dict, work_dir: str, schema: str | None) -> tuple[float, float]:
     from cookiecutter.main import cookiecutter
 
-    from distributed_training.bundle.validate import validate_bundle
+    from distributed_training.tooling.bundle.validate import validate_bundle
 
     output_dir = tempfile.mkdtemp(dir=work_dir, prefix="generated-")
     render, project = seconds(lambda: cookiecutter(str(TEMPLATE), no_input=True, extra_context=answers,

@@ -1,3 +1,3 @@
-from .cli import main
+from .tooling.cli import main
 
 raise SystemExit(main())

@@ -10,12 +10,13 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
-from .compute.requirements import DEEPSPEED as DEEPSPEED_ENGINE, ENGINES, SPARK_ML_CONNECT as SPARK_ML_ENGINE
+from .compute.requirements import (DEEPSPEED as DEEPSPEED_ENGINE, ENGINES, SPARK_ML_CONNECT as SPARK_ML_ENGINE,
+                                   TORCH_DISTRIBUTOR)
 from .task_interface import TaskError, load_task
 
 PACKAGE = __package__
 DEFAULT_TASK = f"{PACKAGE}.task"
-TORCH_LOOP_ENGINES = ("torch_distributor", "deepspeed")  # what --handoff-to-torchrun can hand to torchrun
+TORCH_LOOP_ENGINES = (TORCH_DISTRIBUTOR, DEEPSPEED_ENGINE)  # what --handoff-to-torchrun can hand to torchrun
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OFFLOADS = ("none", "optimizer", "optimizer+weights")
 PARALLELISMS, INIT_MODES = ("ddp", "fsdp2"), ("weights", "full")
@@ -33,29 +34,38 @@ class ConfigError(ValueError):
 
 # ------------------------------------------------------------------ parsing single values (while parsing)
 
-def whole(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
+def bounded(read: Callable[[str], Any], low: float, high: float = math.inf, *, low_open: bool = False,
+            unreadable: str, too_low: str, too_high: str = "", not_finite: str = "") -> Callable[[str], Any]:
+    """An argparse type: `read` the text (int or float), then hold the value within low..high (above low where
+    `low_open`). Each message is a format string of the `text` given, the `value` read, `low` and `high`;
+    `not_finite` is a float's inf or nan."""
+    def parse(text: str) -> Any:
         try:
-            value = int(text.strip())
+            value = read(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
-        return value
+            raise argparse.ArgumentTypeError(unreadable.format(text=text, low=low, high=high)) from None
+        if isinstance(value, float) and not math.isfinite(value):
+            refused = not_finite
+        elif value < low or (low_open and value == low):
+            refused = too_low
+        elif value > high:
+            refused = too_high
+        else:
+            return value
+        raise argparse.ArgumentTypeError(refused.format(text=text, value=value, low=low, high=high))
     return parse
+
+
+def whole(low: int, high: int) -> Callable[[str], int]:
+    outside = "{value} is outside {low}..{high}"
+    return bounded(int, low, high, unreadable="{text!r} is not a whole number", too_low=outside, too_high=outside)
 
 
 def number(low: float, high: float, low_open: bool = False) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
-            bound = f"above {low:g}" if low_open else f"at least {low:g}"
-            raise argparse.ArgumentTypeError(f"{text} must be a finite number {bound} and at most {high:g}")
-        return value
-    return parse
+    bound = "above {low:g}" if low_open else "at least {low:g}"
+    refused = "{text} must be a finite number " + bound + " and at most {high:g}"
+    return bounded(float, low, high, low_open=low_open, unreadable="{text!r} is not a number", too_low=refused,
+                   too_high=refused, not_finite=refused)
 
 
 def whole_numbers(text: str) -> tuple[int, ...]:

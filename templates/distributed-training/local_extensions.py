@@ -31,7 +31,7 @@ SHARED_SOURCE = REPOSITORY / "src"
 if str(SHARED_SOURCE) not in sys.path:
     sys.path.insert(0, str(SHARED_SOURCE))
 
-from distributed_training import answers, clusters, serverless  # noqa: E402  (needs the path above)
+from distributed_training.tooling import answers, cluster_specs, serverless  # noqa: E402  (needs the path above)
 from distributed_training.compute.runtime import versions  # noqa: E402
 from distributed_training.findings import Finding  # noqa: E402
 
@@ -215,7 +215,7 @@ class BundleAnswers(Extension):
         environment.globals.update(
             default_node_type=answers.default_node_type,
             default_cpu_node_type=answers.default_cpu_node_type,
-            default_spark_version=clusters.default_spark_version,
+            default_spark_version=cluster_specs.default_spark_version,
             job_cluster=answers.job_cluster,
             scoring_cluster=answers.scoring_cluster,
             is_serverless=answers.is_serverless,
@@ -224,8 +224,8 @@ class BundleAnswers(Extension):
             chosen_engines=answers.chosen_engines,
             torch_engines=answers.torch_engines,
             train_arguments=answers.train_arguments,
-            gpus_per_node=clusters.gpus_per_node,
-            connect_version=clusters.databricks_connect_version,
+            gpus_per_node=cluster_specs.gpus_per_node,
+            connect_version=cluster_specs.databricks_connect_version,
             tool_requirement=tool_requirement,
             prepare_tool=prepare_tool,
             refuse_bad_answers=refuse_bad_answers,

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from cookiecutter.exceptions import FailedHookException
 
-from distributed_training.answers import ANSWERS, DEPENDENCIES, check_answers
 from distributed_training.compute.catalog import default_catalog
+from distributed_training.tooling.answers import ANSWERS, DEPENDENCIES, check_answers
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "distributed-training"
 COOKIECUTTER = Path(sys.executable).with_name("cookiecutter")
@@ -301,8 +301,8 @@ OTHER_RUNTIMES = ["12.2.x-gpu-ml-scala2.12", "13.3.x-gpu-ml-scala2.12", "15.4.x-
 def _classic_answers(cloud: str, engine: str, **changed: str) -> dict:
     """Every answer at the template's default for the cloud and engine (as cookiecutter.json computes them), then
     `changed`."""
-    from distributed_training.answers import SERVERLESS_ANSWERS, default_cpu_node_type, default_node_type
-    from distributed_training.clusters import default_spark_version
+    from distributed_training.tooling.answers import SERVERLESS_ANSWERS, default_cpu_node_type, default_node_type
+    from distributed_training.tooling.cluster_specs import default_spark_version
 
     answers = {"project_name": "My Training", "project_slug": "my-training", "package_name": "my_training",
                "cloud": cloud, "engine": engine, "task": "fare_regression", "compute": "classic",

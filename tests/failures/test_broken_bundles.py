@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distributed_training.cli import main
+from distributed_training.tooling.cli import main
 
 GOOD = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "good"
 ROOT_FILE, JOB_FILE = "databricks.yml", "resources/train.job.yml"

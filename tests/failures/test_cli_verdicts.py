@@ -17,8 +17,8 @@ from textwrap import dedent, indent
 
 import pytest
 
-from distributed_training.bundle.validate import validate_bundle
-from distributed_training.cli import main
+from distributed_training.tooling.bundle.validate import validate_bundle
+from distributed_training.tooling.cli import main
 
 SCHEMA_ENV = "DATABRICKS_BUNDLE_SCHEMA"
 ROOT = "bundle: {name: verdicts}\ninclude: [resources/*.yml]\ntargets: {dev: {mode: development, default: true}}\n"

@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 import distributed_training
-from distributed_training.bundle import local_paths, yaml_files
-from distributed_training.bundle.validate import validate_bundle
-from distributed_training.cli import main
+from distributed_training.tooling.bundle import local_paths, yaml_files
+from distributed_training.tooling.bundle.validate import validate_bundle
+from distributed_training.tooling.cli import main
 
 GOOD = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "good"
 ROOT_FILE, JOB_FILE = "databricks.yml", "resources/train.job.yml"

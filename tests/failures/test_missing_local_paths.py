@@ -18,7 +18,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from distributed_training.cli import main
+from distributed_training.tooling.cli import main
 
 GOOD = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "good"
 ROOT_FILE, PATHS_FILE = "databricks.yml", "resources/paths.job.yml"

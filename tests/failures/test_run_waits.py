@@ -109,7 +109,8 @@ def start_seconds() -> float:
     """What starting the command costs here and now (Python, the SDK, the bundle reader), with margin: the bounds
     below are what `run` waits on top of it, so a busy machine does not make them flaky."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    script = "import databricks.sdk, distributed_training.remote.run, distributed_training.bundle.loader"
+    script = ("import databricks.sdk, distributed_training.tooling.remote.run, "
+              "distributed_training.tooling.bundle.loader")
     started = time.monotonic()
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
     return 2 * (time.monotonic() - started) + 1.5
@@ -191,7 +192,7 @@ def test_the_matrix_keeps_its_cases():
 def test_the_default_bounds_are_about_a_minute_at_most():
     """A dead host is given --connect-timeout (default 45 s) in all; the cases above prove the bound holds, scaled
     down. Measured with the defaults on 2 cores: a silent host 46 s, a refusing one 47 s."""
-    from distributed_training.cli import build_parser
+    from distributed_training.tooling.cli import build_parser
 
     defaults = build_parser().parse_args(["run", "train_ray"])
     assert defaults.connect_timeout <= 50

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.cli import main
+from distributed_training.tooling.cli import main
 from support.fake_workspace import DEMO_BUNDLE, DEMO_TAGS, DUMMY_TOKEN, FakeWorkspace
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -106,7 +106,8 @@ CREDENTIALS = [
 def start_seconds() -> float:
     """What starting the command costs here and now, with margin: the bound is what `run` waits on top of it."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    script = "import databricks.sdk, distributed_training.remote.run, distributed_training.bundle.loader"
+    script = ("import databricks.sdk, distributed_training.tooling.remote.run, "
+              "distributed_training.tooling.bundle.loader")
     started = time.monotonic()
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
     return 2 * (time.monotonic() - started) + 1.5

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from distributed_training.bundle.loader import load_bundle
-from distributed_training.bundle.references import Resolver, references_in, substitute
-from distributed_training.bundle.variables import Variable, target_variables
+from distributed_training.tooling.bundle.loader import load_bundle
+from distributed_training.tooling.bundle.references import Resolver, references_in, substitute
+from distributed_training.tooling.bundle.variables import Variable, target_variables
 
 from . import serverless_compute
 from .fake_workspace import DUMMY_TOKEN, FakeWorkspace

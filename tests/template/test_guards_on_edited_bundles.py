@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from distributed_training.bundle.validate import validate_bundle
+from distributed_training.tooling.bundle.validate import validate_bundle
 
 JOB_FILE = "resources/train_torch_distributor.job.yml"
 CLUSTER = "resources.jobs.train_torch_distributor.job_clusters[0].new_cluster"

@@ -16,7 +16,7 @@ import yaml
 
 from distributed_training import config as configuration
 from distributed_training.compute.catalog import default_catalog
-from distributed_training.serverless import ACCELERATORS
+from distributed_training.tooling.serverless import ACCELERATORS
 
 ROOT_PATH = "/Workspace/Users/me@example.com/.bundle/my-training/dev"
 VOLUME = "/Volumes/main/default/dev_me_my_training_training"

@@ -16,11 +16,11 @@ import pytest
 import yaml
 from cookiecutter.exceptions import FailedHookException
 
-from distributed_training.bundle.validate import validate_bundle
 from distributed_training.compute.catalog import CLOUDS, default_catalog
 from distributed_training.compute.preflight import EXECUTOR_GPUS_CONF, ObservedCluster, TrainingRequest, check
 from distributed_training.compute.requirements import ENGINES, SPARK_ML_CONNECT
 from distributed_training.compute.runtime import versions
+from distributed_training.tooling.bundle.validate import validate_bundle
 
 # A Jinja marker left behind; `{{job.…}}` (Databricks dynamic values) and `${{ … }}` (GitHub expressions) are meant.
 LEFTOVER_JINJA = re.compile(r"\{%|\{#|(?<!\$)\{\{(?!job\.)|cookiecutter\.")

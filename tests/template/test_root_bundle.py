@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from distributed_training import config as configuration
-from distributed_training.bundle.validate import validate_bundle
 from distributed_training.compute.requirements import ENGINES
 from distributed_training.engines import available
 from distributed_training.task_interface import load_task
+from distributed_training.tooling.bundle.validate import validate_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYED = {"${var.training_table}": "samples.nyctaxi.trips", "${var.catalog}": "main", "${var.schema}": "default",

@@ -18,10 +18,11 @@ import pytest
 import yaml
 from cookiecutter.exceptions import FailedHookException
 
-from distributed_training.advise import add_arguments, advise, job_from_args
-from distributed_training.bundle.validate import validate_bundle
 from distributed_training.compute.runtime import versions
-from distributed_training.serverless import ACCELERATORS, SERVERLESS_ENGINES
+from distributed_training.tooling.advise.command import add_arguments, job_from_args
+from distributed_training.tooling.advise.search import advise
+from distributed_training.tooling.bundle.validate import validate_bundle
+from distributed_training.tooling.serverless import ACCELERATORS, SERVERLESS_ENGINES
 
 COMMAND_PATH = "${workspace.file_path}/src/command.sh"
 PINNED = versions()["packages"]
@@ -183,7 +184,7 @@ def test_serverless_answers_on_classic_compute_are_refused(render, tmp_path, cap
 
 def test_an_unknown_compute_is_refused_by_the_answer_checks():
     """Cookiecutter refuses a value outside a choice list itself; the hook's checks serve other callers too."""
-    from distributed_training.answers import check_answers
+    from distributed_training.tooling.answers import check_answers
 
     answers = {"project_name": "P", "project_slug": "p", "package_name": "p", "cloud": "aws",
                "engine": "torch_distributor", "compute": "gpu", "num_workers": "0", "catalog": "main",

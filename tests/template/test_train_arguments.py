@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import shutil
 
-from distributed_training.bundle.validate import validate_bundle
 from distributed_training.compute.runtime import versions
+from distributed_training.tooling.bundle.validate import validate_bundle
 
 JOB = "resources/train_torch_distributor.job.yml"
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_training.bundle.loader import load_bundle
-from distributed_training.bundle.references import Resolver, substitute
-from distributed_training.bundle.variables import target_variables
+from distributed_training.tooling.bundle.loader import load_bundle
+from distributed_training.tooling.bundle.references import Resolver, substitute
+from distributed_training.tooling.bundle.variables import target_variables
 
 CURRENT_USER = "${workspace.current_user.short_name}"
 VARIANTS = [{}, {"engine": "all"}, {"compute": "serverless_gpu", "engine": "deepspeed"}]

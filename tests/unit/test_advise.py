@@ -11,15 +11,17 @@ from dataclasses import replace
 
 import pytest
 
-from distributed_training.advise import MAX_NODES, OFFLOAD_LADDER, ON_GPU_LADDER, AdviseError, Job, advise, render
-from distributed_training.advise.memory import (
-    HEADROOM, MLP, NAMED_MODELS, TRANSFORMER, ModelShape, Sharding, Training, estimate, mlp_params, parse_count,
-)
-from distributed_training.answers import check_answers, default_cpu_node_type
-from distributed_training.cli import main
-from distributed_training.clusters import default_spark_version
 from distributed_training.compute.catalog import Catalog, default_catalog
 from distributed_training.compute.requirements import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTRIBUTOR
+from distributed_training.tooling.advise.memory import (
+    HEADROOM, MLP, NAMED_MODELS, TRANSFORMER, ModelShape, Sharding, Training, estimate, mlp_params, parse_count,
+)
+from distributed_training.tooling.advise.plan import AdviseError, Job
+from distributed_training.tooling.advise.report import render
+from distributed_training.tooling.advise.search import MAX_NODES, OFFLOAD_LADDER, ON_GPU_LADDER, advise
+from distributed_training.tooling.answers import check_answers, default_cpu_node_type
+from distributed_training.tooling.cli import main
+from distributed_training.tooling.cluster_specs import default_spark_version
 
 GB = 1e9
 GPT3 = ModelShape(175e9, TRANSFORMER, layers=96, hidden=12288, heads=96, vocab=50257)

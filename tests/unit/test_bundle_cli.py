@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import distributed_training
-from distributed_training.bundle.schema import SCHEMA_ENV
-from distributed_training.cli import main
+from distributed_training.tooling.bundle.schema import SCHEMA_ENV
+from distributed_training.tooling.cli import main
 
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 

@@ -15,7 +15,7 @@ from textwrap import dedent
 import pytest
 import yaml
 
-from distributed_training.bundle.validate import validate_bundle
+from distributed_training.tooling.bundle.validate import validate_bundle
 
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 JOB_FILE = "resources/train.yml"
@@ -150,7 +150,7 @@ def nc_clusters_everywhere(tmp_path) -> Path:
 
 def test_multi_node_nc_series_is_refused_in_a_for_each_task_and_an_all_purpose_cluster(nc_clusters_everywhere):
     """Databricks' distributed-training docs for Azure: no multi-node training on NC-series; `validate` walks every
-    cluster form (bundle/clusters.py), for_each_task and resources.clusters included."""
+    cluster form (bundle/jobs_and_clusters.py), for_each_task and resources.clusters included."""
     assert all_findings(nc_clusters_everywhere) == {
         ("azure-nc-multi-node", "error", "resources/train.yml",
          "resources.jobs.train.tasks[0].for_each_task.task.new_cluster.num_workers"),

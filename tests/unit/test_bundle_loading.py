@@ -8,12 +8,12 @@ from textwrap import dedent
 
 import pytest
 
-from distributed_training.bundle.loader import NotABundle, load_bundle
-from distributed_training.bundle.paths import format_path, parse_path
-from distributed_training.bundle.references import Resolver, references_in, substitute
-from distributed_training.bundle.sourced import file_at
-from distributed_training.bundle.validate import validate_bundle
-from distributed_training.bundle.variables import target_variables
+from distributed_training.tooling.bundle.loader import NotABundle, load_bundle
+from distributed_training.tooling.bundle.paths import format_path, parse_path
+from distributed_training.tooling.bundle.references import Resolver, references_in, substitute
+from distributed_training.tooling.bundle.sourced_trees import file_at
+from distributed_training.tooling.bundle.validate import validate_bundle
+from distributed_training.tooling.bundle.variables import target_variables
 
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 
@@ -220,7 +220,7 @@ def test_a_file_that_grows_after_its_size_was_taken_is_read_whole_and_still_boun
     """The size from the stat sizes the read, and a file that grew since is read on, up to the limit."""
     import os
 
-    from distributed_training.bundle import yaml_files
+    from distributed_training.tooling.bundle import yaml_files
 
     file = tmp_path / "databricks.yml"
     file.write_text("bundle:\n  name: grown\n" + "# a comment\n" * 20)

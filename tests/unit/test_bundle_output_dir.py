@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from distributed_training.bundle.validate import validate_bundle
+from distributed_training.tooling.bundle.validate import validate_bundle
 from support.rendering import render_template
 
 RULE = "output-dir-shared-by-runs"

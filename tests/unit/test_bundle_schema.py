@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.bundle.schema import SCHEMA_ENV
-from distributed_training.bundle.validate import validate_bundle
-from distributed_training.cli import main
+from distributed_training.tooling.bundle.schema import SCHEMA_ENV
+from distributed_training.tooling.bundle.validate import validate_bundle
+from distributed_training.tooling.cli import main
 
 SCHEMA = os.environ.get(SCHEMA_ENV)
 needs_schema = pytest.mark.skipif(
@@ -23,7 +23,7 @@ needs_schema = pytest.mark.skipif(
 FIXTURES = Path(SCHEMA).parent / "testdata" if SCHEMA else None
 BUNDLES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 
-# The rules that decide what the schema fixtures are about: the schema itself, the CLI's struct checks (typed.py),
+# The rules that decide what the schema fixtures are about: the schema itself, the CLI's struct checks (field_kinds.py),
 # and the syntax of references (which the schema's patterns also check). The CLI warns about all of them.
 SCHEMA_LEVEL_RULES = {"schema", "unknown-field", "required-field", "invalid-enum", "wrong-type", "invalid-reference",
                       "unknown-reference-root", "yaml-syntax"}

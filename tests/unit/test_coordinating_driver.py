@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from distributed_training import config as configuration
-from distributed_training.clusters import coordinating_driver, new_cluster
 from distributed_training.compute.catalog import default_catalog
 from distributed_training.compute.preflight import EXECUTOR_GPUS_CONF, WORKERS_CONF
 from distributed_training.engines import available
 from distributed_training.launch import resolve
+from distributed_training.tooling.cluster_specs import coordinating_driver, new_cluster
 
 from support.cluster_sessions import cluster_session
 

@@ -1,8 +1,8 @@
 """The cluster guards, each rule on both sides: a cluster it refuses and one it lets through.
 
 The same rules run in three places: the template's answer checks (failures/test_bad_answers.py), `validate` on every
-cluster of a bundle (here through `bundle.clusters.guard_findings`, and template/test_guards_on_edited_bundles.py),
-and the preflight at the start of a run (here, for retired node types).
+cluster of a bundle (here through `bundle.jobs_and_clusters.guard_findings`, and
+template/test_guards_on_edited_bundles.py), and the preflight at the start of a run (here, for retired node types).
 """
 
 import sys
@@ -11,11 +11,12 @@ from dataclasses import replace
 
 import pytest
 
-from distributed_training.bundle.clusters import (TRAINING_TAG, clusters_of, guard_findings, jobs_with_tasks,
-                                                  request_from_cluster, training_cluster)
 from distributed_training.compute import preflight
 from distributed_training.compute.catalog import Catalog, default_catalog
 from distributed_training.compute.guards import ClusterRequest, check_cluster
+from distributed_training.tooling.bundle.jobs_and_clusters import (TRAINING_TAG, clusters_of, guard_findings,
+                                                                   jobs_with_tasks, request_from_cluster,
+                                                                   training_cluster)
 
 GPU_ML = "17.3.x-gpu-ml-scala2.13"
 PLAIN = "17.3.x-scala2.13"  # the key generated clusters carry, with use_ml_runtime: true

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from distributed_training.remote.deployment import (
+from distributed_training.tooling.remote.deployment import (
     DeploymentError, choose_target, job_id_from_local_state, read_bundle_target,
 )
 

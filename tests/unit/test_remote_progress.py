@@ -8,10 +8,10 @@ import pytest
 from databricks.sdk.errors import InternalError, PermissionDenied, TooManyRequests
 from databricks.sdk.service.jobs import Run
 
-from distributed_training.remote.patience import NO_ANSWER, Patience, WorkspaceUnavailable
-from distributed_training.remote.progress import CLEAR_TO_END_OF_LINE, ProgressLine, format_elapsed
-from distributed_training.remote.report import tail
-from distributed_training.remote.run_state import phase, run_summary, unsuccessful_tasks
+from distributed_training.tooling.remote.progress import CLEAR_TO_END_OF_LINE, ProgressLine, format_elapsed
+from distributed_training.tooling.remote.report import tail
+from distributed_training.tooling.remote.retry_policy import NO_ANSWER, Patience, WorkspaceUnavailable
+from distributed_training.tooling.remote.run_state import phase, run_summary, unsuccessful_tasks
 
 
 def _run(state=None, status=None, tasks=()):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.cli import main
+from distributed_training.tooling.cli import main
 from support.fake_workspace import DEMO_BUNDLE, DEMO_TAGS, DUMMY_TOKEN, FakeWorkspace, ScriptedRun, snapshot
 
 SRC = Path(__file__).resolve().parents[2] / "src"

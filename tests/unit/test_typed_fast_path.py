@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from distributed_training.bundle.loader import load_bundle
-from distributed_training.bundle.typed import plainly_parses
+from distributed_training.tooling.bundle.field_kinds import plainly_parses
+from distributed_training.tooling.bundle.loader import load_bundle
 
 Job = pytest.importorskip("databricks.bundles.jobs").Job
 REPLACEMENTS = [None, "x", "", 0, 7, -1, True, False, 1.5, "${var.some_value}", "${var.a} and more", "$${var.a}", {},

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.bundle.schema import SCHEMA_ENV
 from distributed_training.compute.runtime import versions
+from distributed_training.tooling.bundle.schema import SCHEMA_ENV
 
 SCHEMA = os.environ.get(SCHEMA_ENV)
 pytestmark = pytest.mark.skipif(not SCHEMA, reason=f"set {SCHEMA_ENV} to the bundle JSON schema file")

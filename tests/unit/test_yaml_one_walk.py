@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.bundle import yaml_files
-from distributed_training.bundle.yaml_files import MAX_DEPTH, ValueBudget, load_yaml
+from distributed_training.tooling.bundle import yaml_files
+from distributed_training.tooling.bundle.yaml_files import MAX_DEPTH, ValueBudget, load_yaml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
 FORMS = {

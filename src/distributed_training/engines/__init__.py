@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..config import ENGINES, Config
+from ..compute.requirements import ENGINES
+from ..config import Config
 from ..task_interface import load_task
 
 WAREHOUSE_DIR = "spark-warehouse"

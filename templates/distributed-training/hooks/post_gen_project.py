@@ -6,9 +6,10 @@ from pathlib import Path
 
 SHARED_PACKAGE = Path({{ shared_source | tojson }}) / "distributed_training"
 PACKAGE = Path("src") / "{{ cookiecutter.package_name }}"
-# What runs on the cluster; the rest of the tool's package (validate, advise, run, the answers) stays with the tool.
-RUNTIME = ("config.py", "files.py", "findings.py", "launch.py", "run_folder.py", "scoring.py", "staging.py",
-           "task_interface.py", "compute", "engines", "training")
+# The package's runtime is all of it but these: the tooling (it stays with the tool), the built-in tasks and this
+# repository's task.py (the chosen task becomes the project's task.py), and the package's __init__.py and __main__.py
+# (the project's own come from the template).
+NOT_CARRIED = ("tooling", "tasks", "task.py", "__init__.py", "__main__.py", "__pycache__")
 CHOSEN = {{ chosen_engines(cookiecutter) | tojson }}
 ENGINE_FILES = {
     "torch_distributor": ["resources/train_torch_distributor.job.yml", "notebooks/train_torch_distributor.py"],
@@ -19,12 +20,13 @@ ENGINE_FILES = {
                          f"{PACKAGE}/engines/least_squares.py"],
 }
 ignored = shutil.ignore_patterns("__pycache__", "*.pyc")
-for name in RUNTIME:
-    source = SHARED_PACKAGE / name
+for source in SHARED_PACKAGE.iterdir():
+    if source.name in NOT_CARRIED:
+        continue
     if source.is_dir():
-        shutil.copytree(source, PACKAGE / name, ignore=ignored)
+        shutil.copytree(source, PACKAGE / source.name, ignore=ignored)
     else:
-        shutil.copy2(source, PACKAGE / name)
+        shutil.copy2(source, PACKAGE / source.name)
 shutil.copy2(SHARED_PACKAGE / "tasks" / "{{ cookiecutter.task }}.py", PACKAGE / "task.py")
 for engine, files in ENGINE_FILES.items():
     if engine not in CHOSEN:

@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, {{ shared_source | tojson }})
 
-from distributed_training.answers import check_answers  # noqa: E402
+from distributed_training.tooling.answers import check_answers  # noqa: E402
 
 findings = check_answers(json.loads({{ cookiecutter | jsonify | tojson }}))
 for finding in findings:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from distributed_training.bundle.validate import validate_bundle
+from distributed_training.tooling.bundle.validate import validate_bundle
 
 from conftest import PROJECT
 
