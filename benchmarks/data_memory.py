@@ -87,7 +87,7 @@ def _train(run_dir: Path, staged: dict, side: str) -> dict:
     from distributed_training.config import Config, to_json
     from distributed_training.tasks.causal_lm import Options
 
-    from distributed_training.training.data import local_cache
+    from distributed_training.data.staged import local_cache
 
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -180,8 +180,8 @@ def _in_memory_worker(argv: list[str]) -> None:
     import numpy as np
 
     from distributed_training.config import from_json
-    from distributed_training.training import distributed
-    from distributed_training.training.data import StagedData
+    from distributed_training.training import ranks
+    from distributed_training.data.staged import StagedData
     from distributed_training.training.loop import train
 
     parser = argparse.ArgumentParser()
@@ -191,7 +191,7 @@ def _in_memory_worker(argv: list[str]) -> None:
     StagedData.shard = lambda self, *args, **kwargs: np.array(mapped(self, *args, **kwargs), dtype=np.int64)
     with open(path) as file:
         train(from_json(json.load(file), path))
-    distributed.leave_now()
+    ranks.leave_now()
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def run(work_dir: str, quick: bool) -> list[Row]:
 def _reading(folder: str, rows: int, repetitions: int) -> list[Row]:
     import pyarrow.parquet as pq
 
-    from distributed_training.training.data import parquet_files, read_shard
+    from distributed_training.data.staged import parquet_files, read_shard
 
     files = parquet_files(folder)
 

@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from distributed_training.config import from_json
     from distributed_training.task_interface import load_task
-    from distributed_training.training import distributed, strategy as strategies
-    from distributed_training.training.data import StagedData
+    from distributed_training.training import ranks, strategy as strategies
+    from distributed_training.data.staged import StagedData
     from distributed_training.training.loop import ShuffledBatches, adamw, warmup_then_cosine
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_breakdown", description=__doc__.splitlines()[0])
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.config) as file:
         config = from_json(json.load(file), args.config)
 
-    process = distributed.start(config.placement.use_gpu, config.collective_timeout)
+    process = ranks.start(config.placement.use_gpu, config.collective_timeout)
     synchronise = torch.cuda.synchronize if process.device.type == "cuda" else (lambda: None)
     try:
         task, options = load_task(config.task), config.task_options
@@ -68,14 +68,14 @@ def main(argv: list[str] | None = None) -> int:
                 for phase, seconds in zip(phases, (loaded - started, computed - loaded, stepped - computed)):
                     phases[phase] += seconds
         # The slowest rank's time each phase: the others wait for it.
-        slowest = {phase: distributed.max_over_ranks(process, seconds) / args.steps
+        slowest = {phase: ranks.max_over_ranks(process, seconds) / args.steps
                    for phase, seconds in phases.items()}
         if process.is_main:
             with open(args.output, "w") as file:
                 json.dump({"steps": args.steps, "batch_size": config.batch_size, "world_size": process.world_size,
                            "seconds_per_step": slowest}, file, indent=2)
     finally:
-        distributed.stop(process)
+        ranks.stop(process)
     return 0
 
 

@@ -37,20 +37,15 @@ class ConfigError(ValueError):
 def bounded(read: Callable[[str], Any], low: float, high: float = math.inf, *, low_open: bool = False,
             unreadable: str, too_low: str, too_high: str = "", not_finite: str = "") -> Callable[[str], Any]:
     """An argparse type: `read` the text (int or float), then hold the value within low..high (above low where
-    `low_open`). Each message is a format string of the `text` given, the `value` read, `low` and `high`;
-    `not_finite` is a float's inf or nan."""
+    `low_open`). Each message formats the `text` given, the `value` read, `low` and `high` (`not_finite`: inf, nan)."""
     def parse(text: str) -> Any:
         try:
             value = read(text)
         except ValueError:
             raise argparse.ArgumentTypeError(unreadable.format(text=text, low=low, high=high)) from None
-        if isinstance(value, float) and not math.isfinite(value):
-            refused = not_finite
-        elif value < low or (low_open and value == low):
-            refused = too_low
-        elif value > high:
-            refused = too_high
-        else:
+        refused = (not_finite if isinstance(value, float) and not math.isfinite(value) else
+                   too_low if value < low or (low_open and value == low) else too_high if value > high else None)
+        if refused is None:
             return value
         raise argparse.ArgumentTypeError(refused.format(text=text, value=value, low=low, high=high))
     return parse

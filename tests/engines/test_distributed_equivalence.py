@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.multiprocessing
 
-from distributed_training.training.data import read_shard
+from distributed_training.data.staged import read_shard
 
 from conftest import FARE, LANGUAGE
 from support.equivalence import one_process_evaluation, one_process_train, rank_examples, ranks_train

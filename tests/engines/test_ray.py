@@ -20,7 +20,7 @@ import pytest
 
 from distributed_training.config import Config
 from distributed_training.engines.ray import RayPlacement, fit, ray_placement, ray_running
-from distributed_training.staging import stage
+from distributed_training.data.staging import stage
 from distributed_training.task_interface import load_task
 from distributed_training.training.checkpoints import tag_of
 

@@ -16,7 +16,7 @@ from distributed_training.engines.torch_distributor import ENGINE
 from distributed_training.run_folder import MODEL_FILE
 from distributed_training.task_interface import load_task
 from distributed_training.training.checkpoints import tag_of
-from distributed_training.training.data import StagedData
+from distributed_training.data.staged import StagedData
 from distributed_training.training.strategy import checkpoint_weights
 
 from conftest import (FARE, LANGUAGE, assert_it_learned, environment, metrics_of, output_of, score_command,
@@ -50,7 +50,7 @@ def assert_scored_as_evaluated(spark, config, step: int) -> None:
     import torch
 
     from distributed_training import scoring
-    from distributed_training.training.data import StagedData
+    from distributed_training.data.staged import StagedData
 
     scored = scoring.scored(spark, scoring.parse(["--model", config.output_dir, "--task", LANGUAGE, "--rows",
                                                   "held-out"])[0]).toPandas()

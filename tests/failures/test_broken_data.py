@@ -183,7 +183,7 @@ DAMAGED_STAGED_FILES = [
 
 
 def copy_of(staged_runs, task: str, folder: Path):
-    from distributed_training.training.data import StagedData
+    from distributed_training.data.staged import StagedData
 
     shutil.copytree(staged_runs[task].directory, folder)
     return StagedData.load(str(folder))
@@ -191,7 +191,7 @@ def copy_of(staged_runs, task: str, folder: Path):
 
 @pytest.mark.parametrize("case", DAMAGED_STAGED_FILES, ids=lambda case: case.name)
 def test_a_damaged_staged_file_is_named_with_the_fix(case, staged_runs, tmp_path):
-    from distributed_training.training.data import parquet_files
+    from distributed_training.data.staged import parquet_files
 
     data = copy_of(staged_runs, case.task, tmp_path / "staging")
     damaged = parquet_files(os.path.join(data.directory, case.split))[1]

@@ -15,7 +15,7 @@ import pytest
 
 from distributed_training import scoring
 from distributed_training.task_interface import load_task
-from distributed_training.training.data import StagedData
+from distributed_training.data.staged import StagedData
 
 from support.runs import FARE, LANGUAGE
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from distributed_training.engines import available, engine
-from distributed_training.staging import TableError
+from distributed_training.data.staging import TableError
 from distributed_training.training.checkpoints import CheckpointFolderError
 from distributed_training.training.loop import train as train_loop
 
@@ -132,7 +132,7 @@ RANK_ONE_FAILS = ("from distributed_training.tasks.fare_regression import *\n"
 
 
 def damaged_file_of_rank_one(data) -> str:
-    from distributed_training.training.data import parquet_files
+    from distributed_training.data.staged import parquet_files
 
     path = parquet_files(data.train_dir)[1]
     os.truncate(path, os.path.getsize(path) // 2)
@@ -153,7 +153,7 @@ def test_a_ranks_failure_is_one_line_naming_that_rank_with_its_traceback_only_wh
     peer", an echo), and torchrun names whichever rank exited first. The error line names rank 1's own failure, once;
     an expected error (ours, a ValueError) prints no traceback, an unexpected exception rank 1's."""
     from distributed_training.engines.torchrun import hand_off
-    from distributed_training.training.data import StagedData
+    from distributed_training.data.staged import StagedData
 
     (tmp_path / "rank_one_fails.py").write_text(RANK_ONE_FAILS)
     monkeypatch.syspath_prepend(str(tmp_path))

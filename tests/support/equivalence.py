@@ -17,8 +17,8 @@ from collections import Counter
 import torch
 
 from distributed_training.task_interface import load_task
-from distributed_training.training import distributed, strategy as strategies
-from distributed_training.training.data import StagedData
+from distributed_training.training import ranks, strategy as strategies
+from distributed_training.data.staged import StagedData
 from distributed_training.training.loop import ShuffledBatches, evaluate, update
 
 SGD_LEARNING_RATE = 0.05
@@ -99,7 +99,7 @@ def count_reductions(strategy, reductions: Counter) -> None:
 def ranks_train(rank: int, world_size: int, config, steps: int, per_rank: int, port: int, results: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(world_size), DS_ACCELERATOR="cpu")
-    process = distributed.start(use_gpu=False)
+    process = ranks.start(use_gpu=False)
     try:
         reductions, norms = Counter() if config.engine != "deepspeed" else None, []
         strategy = take_steps(config, process, rank_batches(config, rank, world_size, steps, per_rank), reductions,
@@ -110,14 +110,14 @@ def ranks_train(rank: int, world_size: int, config, steps: int, per_rank: int, p
         torch.save({"weights": strategy.full_state_dict(), "held_out": held_out, "reductions": dict(reductions or {}),
                     "norms": norms, "deepspeed_updates": updates}, os.path.join(results, f"rank-{rank}.pt"))
     finally:
-        distributed.stop(process)
-    distributed.leave_now()  # the result is on disk
+        ranks.stop(process)
+    ranks.leave_now()  # the result is on disk
 
 
-def single_process() -> distributed.Process:
+def single_process() -> ranks.Process:
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         os.environ.pop(name, None)
-    return distributed.start(use_gpu=False)
+    return ranks.start(use_gpu=False)
 
 
 def one_process_train(config, world_size: int, steps: int, per_rank: int) -> dict:

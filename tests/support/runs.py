@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from distributed_training.config import Config
-from distributed_training.staging import stage
+from distributed_training.data.staging import stage
 from distributed_training.task_interface import load_task
 
 FARE = "distributed_training.tasks.fare_regression"

@@ -125,7 +125,7 @@ def test_the_default_project_is_small_and_holds_nothing_used_only_while_generati
     assert [name for name in GENERATION_ONLY if (package / name).exists()] == []
     assert sorted(path.name for path in package.iterdir() if path.name != "__pycache__") == sorted([
         "__init__.py", "__main__.py", "task.py", "config.py", "files.py", "findings.py", "launch.py", "run_folder.py",
-        "scoring.py", "staging.py", "task_interface.py", "compute", "engines", "training"])
+        "scoring.py", "task_interface.py", "compute", "data", "engines", "training"])
 
 
 @pytest.mark.parametrize("answers", [{}, {"engine": "all"}, {"engine": "ray"}, {"task": "causal_lm"}],

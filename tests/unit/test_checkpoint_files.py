@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.multiprocessing
 
-from distributed_training.training import distributed
+from distributed_training.training import ranks
 from distributed_training.training.checkpoints import Checkpoints, DamagedCheckpoint, complete_steps, tag_of
 from distributed_training.training.loop import adamw
 from distributed_training.training.strategy import DataParallel, FullyShardedDataParallel, checkpoint_weights
@@ -39,7 +39,7 @@ def save_two_sharded_checkpoints(rank: int, port: int, folder: str) -> None:
 
     os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
-    process = distributed.start(use_gpu=False)
+    process = ranks.start(use_gpu=False)
     torch.manual_seed(0)
     strategy = FullyShardedDataParallel(process, "fp32", grad_clip=1.0)
     strategy.prepare(Blocks(), lambda model: adamw(model, 1e-2, 0.0), lambda step: 1.0)
@@ -52,7 +52,7 @@ def save_two_sharded_checkpoints(rank: int, port: int, folder: str) -> None:
     weights = strategy.full_state_dict()
     if process.is_main:
         torch.save(weights, os.path.join(folder, REFERENCE))
-    distributed.stop(process)
+    ranks.stop(process)
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_an_fsdp2_checkpoint_whose_metadata_lacks_a_rank_s_shards_is_refused(sha
 def single_process(monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
-    return distributed.start(use_gpu=False)
+    return ranks.start(use_gpu=False)
 
 
 def two_checkpoints(folder: Path, process) -> Checkpoints:

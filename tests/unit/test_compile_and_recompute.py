@@ -12,7 +12,7 @@ import torch
 from distributed_training import config as configuration
 from distributed_training.task_interface import load_task
 from distributed_training.tasks.causal_lm import PRESETS
-from distributed_training.training import distributed
+from distributed_training.training import ranks
 from distributed_training.training.checkpoints import complete_steps, tag_of
 from distributed_training.training.loop import recomputing, train
 from distributed_training.training.strategy import checkpoint_weights
@@ -27,7 +27,7 @@ NO_CXX = not (shutil.which("g++") or shutil.which("clang++"))
 def single_process(monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
-    return distributed.start(use_gpu=False)
+    return ranks.start(use_gpu=False)
 
 
 def test_both_are_off_by_default_and_the_language_model_takes_both():

@@ -67,7 +67,7 @@ def test_fsdp2_shards_over_several_processes_and_one_process_trains_the_model_as
     import torch
 
     from distributed_training.training import strategy
-    from distributed_training.training.distributed import Process
+    from distributed_training.training.ranks import Process
 
     config = configuration.from_args([*TRAIN, "--local", "--parallelism", "fsdp2", "--precision", "fp32"])
     assert config.parallelism == "fsdp2"

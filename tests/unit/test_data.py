@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_training.training.data import StagedData, files_for_rank, read_shard
+from distributed_training.data.staged import StagedData, files_for_rank, read_shard
 
 
 @pytest.mark.parametrize("file_count", [1, 2, 5, 8])

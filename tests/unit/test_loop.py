@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from distributed_training.files import write_atomically
-from distributed_training.staging import stage
+from distributed_training.data.staging import stage
 from distributed_training.task_interface import load_task
-from distributed_training.training import distributed
+from distributed_training.training import ranks
 from distributed_training.training import loop
 from distributed_training.training.checkpoints import Checkpoints, complete_steps, tag_of
 from distributed_training.training.loop import NonFiniteLoss, ShuffledBatches, adamw, train, warmup_then_cosine
@@ -28,7 +28,7 @@ IDENTITY = {"source": "test", "world_size": 1}
 def single_process(monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
-    return distributed.start(use_gpu=False)
+    return ranks.start(use_gpu=False)
 
 
 @pytest.mark.parametrize("updates", [2, 3, 7, 20, 100, 1001])
@@ -278,12 +278,12 @@ def test_a_rank_whose_held_out_share_ends_early_pads_without_counting_the_paddin
 
     passes, real_evaluate = [], task.evaluate
     monkeypatch.setattr(task, "evaluate", lambda *arguments: (passes.append(1), real_evaluate(*arguments))[1])
-    monkeypatch.setattr(distributed, "max_over_ranks", lambda process, value: 3)  # the longer share's batches
+    monkeypatch.setattr(ranks, "max_over_ranks", lambda process, value: 3)  # the longer share's batches
     shorter_share = {}
-    monkeypatch.setattr(distributed, "sum_dict_over_ranks", lambda process, sums: shorter_share.update(sums) or sums)
+    monkeypatch.setattr(ranks, "sum_dict_over_ranks", lambda process, sums: shorter_share.update(sums) or sums)
     loop.evaluate(task, strategy, tuple(tensor[520:620] for tensor in held_out), data.stats, single_process)
     assert len(passes) == 3 and shorter_share["rows"] == 100  # two passes of padding, not counted
-    monkeypatch.setattr(distributed, "sum_dict_over_ranks",
+    monkeypatch.setattr(ranks, "sum_dict_over_ranks",
                         lambda process, sums: {name: value + shorter_share[name] for name, value in sums.items()})
     both = loop.evaluate(task, strategy, tuple(tensor[:520] for tensor in held_out), data.stats, single_process)
     assert both["test_rows"] == 620 and both == pytest.approx(whole, rel=1e-6)  # float32 sums, other batches

@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from distributed_training.staging import TableError, read_table, stage
+from distributed_training.data.staging import TableError, read_table, stage
 from distributed_training.task_interface import load_task
-from distributed_training.training.data import MANIFEST, StagedData
+from distributed_training.data.staged import MANIFEST, StagedData
 
 from support.runs import FARE, LANGUAGE, resolved_config
 
@@ -237,7 +237,7 @@ def test_staging_caches_nothing_as_serverless_compute_refuses_it(spark, tmp_path
 def test_the_same_rows_are_held_out_however_the_table_is_partitioned_or_ordered(spark, tmp_path):
     """The split is a seeded hash of each prepared row, so score's --rows held-out finds the run's held-out rows
     again from a table that Spark reads in other partitions, and identical rows never straddle the split."""
-    from distributed_training.staging import TEST_FRACTION, split
+    from distributed_training.data.staging import TEST_FRACTION, split
 
     table = read_table(spark, write_sample(spark, FARE, tmp_path / "table", 2000), "unused")
     prepared = load_task(FARE).prepare(table, load_task(FARE).Options())

@@ -142,7 +142,7 @@ def test_the_language_model_under_fsdp2_returns_no_view_and_keeps_its_loss_and_g
 
     import torch.distributed as dist
 
-    from distributed_training.training.distributed import Process
+    from distributed_training.training.ranks import Process
     from distributed_training.training.strategy import FullyShardedDataParallel
 
     task = load_task(LANGUAGE)

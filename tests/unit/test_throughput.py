@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from distributed_training.task_interface import load_task
-from distributed_training.training import distributed, throughput
+from distributed_training.training import ranks, throughput
 from distributed_training.training.throughput import StepMeter, peak_of
 
 from support.runs import LANGUAGE
@@ -55,7 +55,7 @@ def test_tokens_per_second_and_mfu_are_the_hand_counted_figures(monkeypatch, pro
     clock = Clock()
     monkeypatch.setattr(throughput, "time", clock)
     # every process counted the same: a sum over the ranks is the value times the processes
-    monkeypatch.setattr(distributed, "sum_over_ranks", lambda process, *values: [value * processes for value in values])
+    monkeypatch.setattr(ranks, "sum_over_ranks", lambda process, *values: [value * processes for value in values])
     process = SimpleNamespace(rank=0, world_size=processes, device=torch.device("cpu"))
     flops = tiny_language_model_flops_per_token()
     meter = StepMeter(process, flops, counts_tokens=True)

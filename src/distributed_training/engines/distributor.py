@@ -6,7 +6,7 @@
 import os
 
 from ..config import Config, Placement
-from ..staging import stage
+from ..data.staging import stage
 from ..task_interface import load_task
 from . import Engine, TrainingRun, failures
 
@@ -42,9 +42,9 @@ class TorchDistributorEngine(Engine):
 # TorchDistributor pickles what it runs to the workers: the module-level `training.loop.train` and the run's `Config`.
 def run_on_a_rank(train_function, failures_dir: str, *args):
     """The loop, its failure recorded; a rank other than a node's first (whose result is read) leaves at once."""
-    from ..training import distributed
+    from ..training import ranks
 
     result = failures.run_recording_failure(train_function, failures_dir, *args, exit_quietly=True)
     if os.environ.get("LOCAL_RANK", "0") != "0":
-        distributed.leave_now()
+        ranks.leave_now()
     return result

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Config
-from ..staging import stage
+from ..data.staging import stage
 from ..task_interface import load_task
 from . import WAREHOUSE_DIR, Engine, LaunchError, TrainingRun, failures
 

@@ -24,7 +24,7 @@ import uuid
 
 from ..config import Config
 from ..files import write_json
-from ..staging import read_table, split
+from ..data.staging import read_table, split
 from ..training.tracking import Tracker
 from . import WAREHOUSE_DIR, Engine, LaunchError, TrainingRun
 

@@ -18,7 +18,7 @@ from ..config import Config, from_json, to_json
 from ..files import write_json, write_text
 from ..run_folder import FolderInUse, announce_finished, held
 from ..training.checkpoints import refusal_to_resume
-from ..staging import stage
+from ..data.staging import stage
 from ..task_interface import load_task
 from . import LaunchError, failures
 
@@ -140,12 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.worker:
-        from ..training import distributed
+        from ..training import ranks
         from ..training.loop import train
 
         # its results are written and its process group closed when it returns; a failure recorded for the parent
         failures.run_recording_failure(train, failures.folder(config.output_dir), config, exit_quietly=True)
-        distributed.leave_now()  # past the native teardown, where a finished gloo rank was seen to abort
+        ranks.leave_now()  # past the native teardown, where a finished gloo rank was seen to abort
     if announce_finished(config):
         return 0
     if refusal := refusal_to_resume(config):

@@ -156,19 +156,19 @@ class Checkpoints:
         """Every rank calls it: each saves its part, then rank 0 marks it complete (with `progress`), drops old ones."""
         import torch  # here, not above: the pre-check runs where there is no torch (a serverless stage task)
 
-        from . import distributed
+        from . import ranks
 
         tag = tag_of(step)
         strategy.save(self.directory, tag)
         write_atomically(os.path.join(self.directory, tag, RNG_FILE.format(rank=self.process.rank)),
                          lambda file: torch.save(random_states(), file))
-        distributed.barrier(self.process)  # every rank's files are in place before the marker says so
+        ranks.barrier(self.process)  # every rank's files are in place before the marker says so
         if self.process.is_main:
             write_json(os.path.join(self.directory, tag, MARKER),
                        {"step": step, "run_identity": self.run_identity, **progress})
             self._drop_old()
             self.log(f"checkpoint saved: {os.path.join(self.directory, tag)}")
-        distributed.barrier(self.process)
+        ranks.barrier(self.process)
 
     def resume(self, strategy) -> dict | None:
         """Load this run's newest checkpoint that loads on every rank; its marker (step and progress), or None."""
@@ -185,7 +185,7 @@ class Checkpoints:
         return marker
 
     def _load_newest(self, strategy, directory: str, steps: list[int], doing: str, fix: str) -> dict | None:
-        from . import distributed
+        from . import ranks
 
         for step in steps:
             tag = tag_of(step)
@@ -194,7 +194,7 @@ class Checkpoints:
                 raise RuntimeError(f"the checkpoint {os.path.join(directory, tag)} belongs to another run "
                                    f"({_differences(marker.get('run_identity'), self.run_identity)}): {fix}")
             loaded = marker is not None and self._load(strategy, directory, tag)
-            if distributed.min_over_ranks(self.process, int(loaded)) == 1:
+            if ranks.min_over_ranks(self.process, int(loaded)) == 1:
                 self.log(f"{doing} the checkpoint of step {step} ({os.path.join(directory, tag)})")
                 return marker
             self.log(f"warning: the checkpoint of step {step} does not load on every rank: skipped, "

@@ -8,7 +8,8 @@ from typing import Callable
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from .distributed import Process
+from .deepspeed_config import offload_of
+from .ranks import Process
 from .strategy import Strategy, unwrapped
 
 
@@ -18,11 +19,13 @@ class DeepSpeed(Strategy):
     def __init__(self, process: Process, precision: str, config: dict, timeout_seconds: float):
         super().__init__(process, precision)
         self.config, self.timeout_seconds, self.window_ends = config, timeout_seconds, True
+        zero = config["zero_optimization"]
+        self.params = {"zero_stage": zero["stage"], "offload": offload_of(zero)}
 
     def prepare(self, model: torch.nn.Module, make_optimizer: Callable, schedule: Callable[[int], float]) -> None:
         import deepspeed
 
-        # The process group is already up (distributed.start); DeepSpeed wraps it instead of starting its own.
+        # The process group is already up (ranks.start); DeepSpeed wraps it instead of starting its own.
         deepspeed.init_distributed(dist_backend="nccl" if self.process.device.type == "cuda" else "gloo",
                                    timeout=timedelta(seconds=self.timeout_seconds))
         self.model, self.optimizer, _, self.scheduler = deepspeed.initialize(

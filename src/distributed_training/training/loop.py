@@ -17,9 +17,9 @@ from ..config import Config
 from ..files import write_atomically, write_json
 from ..run_folder import METRICS_FILE, MODEL_FILE
 from ..task_interface import check_examples, check_metrics, load_task
-from . import distributed, strategy as strategies
+from . import ranks, strategy as strategies
 from .checkpoints import Checkpoints, complete_steps, named_checkpoint, options_identity
-from .data import StagedData
+from ..data.staged import StagedData
 from .throughput import StepMeter
 from .tracking import Tracker
 
@@ -34,7 +34,7 @@ class NonFiniteLoss(FloatingPointError):
 def train(config: Config, environment: dict[str, str] | None = None) -> dict:
     """Train on this rank's share of the data; the run's metrics (rank 0 also writes OUTPUT_DIR/metrics.json).
     `environment`: what rank 0 needs to reach MLflow (credentials: never written to a file)."""
-    process = distributed.start(config.placement.use_gpu, config.collective_timeout)
+    process = ranks.start(config.placement.use_gpu, config.collective_timeout)
     try:
         run = Training(config, process, environment or {})
         try:
@@ -46,11 +46,11 @@ def train(config: Config, environment: dict[str, str] | None = None) -> dict:
         run.tracker.finish(succeeded=True)
         return metrics
     finally:
-        distributed.stop(process)
+        ranks.stop(process)
 
 
 class Training:
-    def __init__(self, config: Config, process: distributed.Process, environment: dict[str, str]):
+    def __init__(self, config: Config, process: ranks.Process, environment: dict[str, str]):
         self.started, self.config, self.process = time.perf_counter(), config, process
         self.log = log = (lambda *parts: print(*parts, flush=True)) if process.is_main else (lambda *parts: None)
         self.task = task = load_task(config.task)
@@ -61,7 +61,7 @@ class Training:
         # This rank's examples; every rank takes the same number of steps, so every share is cut to the smallest.
         train_examples = check_examples(task.examples(data.shard("train", process.rank, process.world_size), data.stats,
                                                       options), task.__name__)
-        self.per_rank = per_rank = distributed.min_over_ranks(process, len(train_examples[0]))
+        self.per_rank = per_rank = ranks.min_over_ranks(process, len(train_examples[0]))
         if per_rank == 0:
             raise ValueError(f"a rank got no training examples from {data.train_dir}: stage a larger table")
         train_examples = tuple(tensor[:per_rank] for tensor in train_examples)
@@ -107,7 +107,7 @@ class Training:
         self.step = step = self.resumed_from_step or 0
         self.history, self.epoch_totals = (resumed["history"], resumed.get("epoch_totals")) if resumed else ([], None)
         self.tracker = Tracker(config, process.is_main, environment, log)
-        self.run_id = self.tracker.start(params(config, data, process, per_rank),
+        self.run_id = self.tracker.start(params(config, data, process, per_rank, strategy),
                                          resumed.get("mlflow_run_id") if resumed else None)
         flops = task.flops_per_token(model, options)
         self.meter = StepMeter(process, flops, counts_tokens=task.counts_tokens)
@@ -125,8 +125,7 @@ class Training:
             waited = time.perf_counter()
             for window in self.batches.windows(epoch, first, plan.updates_per_epoch, config.grad_accumulation):
                 window = [strategy.to_device(batch) for batch in window]
-                data_seconds = time.perf_counter() - waited
-                learning_rate = strategy.learning_rate
+                data_seconds, learning_rate = time.perf_counter() - waited, strategy.learning_rate  # this update's
                 loss_sum, items, grad_norm = update(self.task, strategy, window, process)
                 self.meter.add(loss_sum, items, sum(len(batch[0]) for batch in window), data_seconds)
                 step = self.step = step + 1
@@ -205,7 +204,7 @@ class Training:
             "updates_per_epoch": self.plan.updates_per_epoch, "max_steps": config.max_steps,
             "resumed_from_step": self.resumed_from_step,
             **self.meter.totals(),  # examples_per_second, tokens_per_second, mfu
-            "seconds": round(distributed.max_over_ranks(process, time.perf_counter() - self.started), 2),
+            "seconds": round(ranks.max_over_ranks(process, time.perf_counter() - self.started), 2),
             "staged_data": self.data.directory, "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
             "mlflow_run_id": self.run_id, "job_run_id": config.job_run_id, "init_from": config.init_from}
         weights = self.strategy.full_state_dict()  # a collective under ZeRO 3: every rank takes part
@@ -237,8 +236,7 @@ class Plan:
         updates = min(config.epochs * updates_per_epoch, config.max_steps or math.inf)
         return cls(math.ceil(updates / updates_per_epoch), updates_per_epoch, updates)
 
-    def epoch_of(self, step: int) -> int:
-        """The epoch (from 1) that the update after `step` updates belongs to."""
+    def epoch_of(self, step: int) -> int:  # the epoch (from 1) that the update after `step` updates belongs to
         return step // self.updates_per_epoch + 1
 
     def ends_epoch(self, step: int) -> bool:  # whether the update that made `step` updates was its epoch's last
@@ -248,16 +246,13 @@ class Plan:
         return self.ends_epoch(step) or step == self.updates
 
 
-def update(task, strategy, window: list[tuple], process: distributed.Process):
+def update(task, strategy, window: list[tuple], process: ranks.Process):
     """One optimizer update from a window's micro-batches (on the device): (this rank's loss summed over its items, the
     window's items over every rank, the gradients' norm). Each micro-batch's mean loss is weighed by its share of the
     window's items on every rank (the task's `count`, else examples), times the ranks that DDP and DeepSpeed average."""
     counts = _counts(task, window, process.device)
-    total = counts.sum()
-    if task.counts_tokens:
-        total = distributed.sum_tensor_over_ranks(process, total)
-    else:  # every rank has as many examples in its window: no need to ask the others
-        total = total * process.world_size
+    total = counts.sum()  # of examples, every rank has as many in its window: no need to ask the others
+    total = ranks.sum_tensor_over_ranks(process, total) if task.counts_tokens else total * process.world_size
     loss_sum = torch.zeros((), dtype=torch.float64, device=process.device)
     for index, batch in enumerate(window):
         with strategy.micro_batch(last=index == len(window) - 1):
@@ -381,12 +376,12 @@ class ShuffledBatches:
                 window = []
 
 
-def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.Process,
+def evaluate(task, strategy, held_out: tuple, stats: dict, process: ranks.Process,
              most_batches: int | None = None) -> dict:
     """The task's held-out metrics over every rank's share (its first `most_batches` batches, where given). Every rank
     runs as many forward passes (ZeRO 3 gathers weights in each): one whose share is done repeats a batch, ignored."""
     rows = len(held_out[0]) if most_batches is None else min(len(held_out[0]), most_batches * EVALUATION_BATCH)
-    batches = distributed.max_over_ranks(process, math.ceil(rows / EVALUATION_BATCH))
+    batches = ranks.max_over_ranks(process, math.ceil(rows / EVALUATION_BATCH))
     model, sums = strategy.inference_model, {}
     model.eval()
     with torch.no_grad():
@@ -398,22 +393,17 @@ def evaluate(task, strategy, held_out: tuple, stats: dict, process: distributed.
                 part = task.evaluate(model, strategy.to_device(tuple(tensor[part_rows] for tensor in held_out)), stats)
             for name, value in part.items():
                 sums[name] = sums.get(name, 0.0) + (float(value) if counted else 0.0)
-    return check_metrics(task.summarize(distributed.sum_dict_over_ranks(process, sums), stats), task.__name__)
+    return check_metrics(task.summarize(ranks.sum_dict_over_ranks(process, sums), stats), task.__name__)
 
 
-def params(config: Config, data: StagedData, process: distributed.Process, per_rank: int) -> dict:
+def params(config: Config, data: StagedData, process: ranks.Process, per_rank: int, strategy) -> dict:
     options = ("epochs", "max_steps", "batch_size", "grad_accumulation", "learning_rate", "weight_decay",
                "warmup_fraction", "grad_clip", "seed", "compile", "activation_checkpointing", "parallelism")
-    recorded = {"task": config.task, "engine": config.engine, "source": data.source, "output_dir": config.output_dir,
-                "train_examples": per_rank * process.world_size, "test_rows": data.test_rows,
-                "world_size": process.world_size, "device": process.device.type, "precision": config.precision,
-                **{name: getattr(config, name) for name in options},
-                **{f"task.{name}": value for name, value in asdict(config.task_options).items()},
-                **({"init_from": config.init_from, "init_mode": config.init_mode} if config.init_from else {})}
-    if config.engine == "deepspeed":
-        from .deepspeed_config import deepspeed_config, offload_of  # only a DeepSpeed project has the module
-
-        zero = deepspeed_config(config, process.world_size, config.precision)["zero_optimization"]
-        recorded.update(zero_stage=zero["stage"], offload=offload_of(zero))
-    return recorded
+    return {"task": config.task, "engine": config.engine, "source": data.source, "output_dir": config.output_dir,
+            "train_examples": per_rank * process.world_size, "test_rows": data.test_rows,
+            "world_size": process.world_size, "device": process.device.type, "precision": config.precision,
+            **{name: getattr(config, name) for name in options},
+            **{f"task.{name}": value for name, value in asdict(config.task_options).items()},
+            **({"init_from": config.init_from, "init_mode": config.init_mode} if config.init_from else {}),
+            **strategy.params}
 

@@ -20,13 +20,15 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ..files import write_atomically
 from .checkpoints import DamagedCheckpoint, read_checkpoint_file
-from .distributed import Process
+from .ranks import Process
 
 HALF_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 STATE_FILE = "state.pt"
 
 
 class Strategy:
+    params: dict = {}  # what MLflow records of the strategy beside the run's options
+
     def __init__(self, process: Process, precision: str):
         self.process, self.precision = process, precision
 

@@ -78,10 +78,10 @@ class StepMeter:
 
     def settle(self) -> dict:
         """The updates since the last settlement: sums over the ranks, but `updates` and `seconds` are this rank's."""
-        from . import distributed
+        from . import ranks
 
         now = self.paused_at if self.paused_at is not None else time.perf_counter()
-        loss_sum, examples, data_seconds = distributed.sum_over_ranks(
+        loss_sum, examples, data_seconds = ranks.sum_over_ranks(
             self.process, float(self.loss_sum), float(self.examples), self.data_seconds)
         settled = {"loss_sum": loss_sum, "items": float(self.items), "examples": examples,  # items: over all already
                    "data_seconds": data_seconds, "updates": self.updates, "seconds": now - self.settled_at}

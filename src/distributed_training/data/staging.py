@@ -15,10 +15,10 @@ import time
 import uuid
 from contextlib import suppress
 
-from .config import STAGING_DIR, Config
-from .run_folder import METRICS_FILE, FolderInUse, held
-from .training.checkpoints import complete_steps
-from .training.data import MANIFEST, StagedData
+from ..config import STAGING_DIR, Config
+from ..run_folder import METRICS_FILE, FolderInUse, held
+from ..training.checkpoints import complete_steps
+from .staged import MANIFEST, StagedData
 
 TEST_FRACTION = 0.2
 HELD_OUT, HASH_BUCKETS = "_held_out", 10_000  # a prepared row's side of the split, by a hash of it into buckets

@@ -1,0 +1,1 @@
+"""The staged format: staging.py writes it with Spark (no torch), staged.py reads it on the ranks (no Spark)."""
