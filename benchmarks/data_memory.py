@@ -180,8 +180,8 @@ def _in_memory_worker(argv: list[str]) -> None:
     import numpy as np
 
     from distributed_training.config import from_json
-    from distributed_training.training import ranks
     from distributed_training.data.staged import StagedData
+    from distributed_training.training import ranks
     from distributed_training.training.loop import train
 
     parser = argparse.ArgumentParser()

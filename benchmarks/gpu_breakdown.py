@@ -23,9 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from distributed_training.config import from_json
+    from distributed_training.data.staged import StagedData
     from distributed_training.task_interface import load_task
     from distributed_training.training import ranks, strategy as strategies
-    from distributed_training.data.staged import StagedData
     from distributed_training.training.loop import ShuffledBatches, adamw, warmup_then_cosine
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_breakdown", description=__doc__.splitlines()[0])

@@ -22,9 +22,9 @@ def run(work_dir: str, quick: bool) -> list[Row]:
     import torch
 
     from distributed_training import scoring
+    from distributed_training.data.staged import StagedData
     from distributed_training.engines.local_spark import local_spark_session
     from distributed_training.task_interface import load_task
-    from distributed_training.data.staged import StagedData
 
     count, repetitions = (2_000, 3) if quick else (20_000, 5)
     task = load_task(LANGUAGE_TASK)

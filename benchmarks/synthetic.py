@@ -70,9 +70,9 @@ def stage_text(directory: str, train: list[str], test: list[str], files: int):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from distributed_training.data.staged import StagedData
     from distributed_training.data.staging import ROW_GROUP_BYTES, TOKENS_A_ROW
     from distributed_training.tasks.causal_lm import Options, tokenize
-    from distributed_training.data.staged import StagedData
 
     for split, texts in (("train", train), ("test", test)):
         os.makedirs(os.path.join(directory, split), exist_ok=True)

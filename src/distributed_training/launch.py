@@ -18,9 +18,9 @@ import psutil
 
 from . import config as configuration
 from .config import Config, ConfigError
+from .data.staging import TableError
 from .engines import LaunchError, TrainingRun, available, engine as engine_named
 from .run_folder import FolderInUse, announce_finished, held
-from .data.staging import TableError
 from .task_interface import TaskError
 from .training.checkpoints import refusal_to_resume
 

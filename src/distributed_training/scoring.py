@@ -17,10 +17,10 @@ import time
 import uuid
 
 from .config import DEFAULT_TASK, PACKAGE, SPARK_ML_ENGINE, STAGING_DIR, task_options, whole
-from .run_folder import METRICS_FILE, MODEL_FILE
-from .data.staging import TableError, cause, column, fingerprint, looks_like_path, read_table, spark_errors, split
-from .task_interface import SCORING, TaskError, load_task
 from .data.staged import StagedData
+from .data.staging import TableError, cause, column, fingerprint, looks_like_path, read_table, spark_errors, split
+from .run_folder import METRICS_FILE, MODEL_FILE
+from .task_interface import SCORING, TaskError, load_task
 
 ROW = "_score_row"  # each input row's key, while it is scored
 _models: dict = {}  # in each Python worker: the model it loaded, by model.pt's path and time (a rerun rewrites it)

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from distributed_training import config as configuration
+from distributed_training.data.staged import StagedData
 from distributed_training.engines import LaunchError
 from distributed_training.engines import deepspeed as deepspeed_engine
 from distributed_training.engines.deepspeed import ENGINE, check_with_deepspeed
 from distributed_training.task_interface import load_task
 from distributed_training.training.checkpoints import tag_of
-from distributed_training.data.staged import StagedData
 from distributed_training.training.deepspeed_config import deepspeed_config
 from distributed_training.training.loop import load_weights
 from distributed_training.training.strategy import checkpoint_weights

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from distributed_training.config import Config
-from distributed_training.engines.ray import RayPlacement, fit, ray_placement, ray_running
 from distributed_training.data.staging import stage
+from distributed_training.engines.ray import RayPlacement, fit, ray_placement, ray_running
 from distributed_training.task_interface import load_task
 from distributed_training.training.checkpoints import tag_of
 

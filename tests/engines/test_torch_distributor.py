@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from distributed_training.data.staged import StagedData
 from distributed_training.engines import LaunchError
 from distributed_training.engines.torch_distributor import ENGINE
 from distributed_training.run_folder import MODEL_FILE
 from distributed_training.task_interface import load_task
 from distributed_training.training.checkpoints import tag_of
-from distributed_training.data.staged import StagedData
 from distributed_training.training.strategy import checkpoint_weights
 
 from conftest import (FARE, LANGUAGE, assert_it_learned, environment, metrics_of, output_of, score_command,

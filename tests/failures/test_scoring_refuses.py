@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from distributed_training import scoring
-from distributed_training.task_interface import load_task
 from distributed_training.data.staged import StagedData
+from distributed_training.task_interface import load_task
 
 from support.runs import FARE, LANGUAGE
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.engines import available, engine
 from distributed_training.data.staging import TableError
+from distributed_training.engines import available, engine
 from distributed_training.training.checkpoints import CheckpointFolderError
 from distributed_training.training.loop import train as train_loop
 
@@ -152,8 +152,8 @@ def test_a_ranks_failure_is_one_line_naming_that_rank_with_its_traceback_only_wh
     """Two ranks under torchrun, rank 1 failing: rank 0 then fails in its next collective ("connection closed by
     peer", an echo), and torchrun names whichever rank exited first. The error line names rank 1's own failure, once;
     an expected error (ours, a ValueError) prints no traceback, an unexpected exception rank 1's."""
-    from distributed_training.engines.torchrun import hand_off
     from distributed_training.data.staged import StagedData
+    from distributed_training.engines.torchrun import hand_off
 
     (tmp_path / "rank_one_fails.py").write_text(RANK_ONE_FAILS)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -16,9 +16,9 @@ from collections import Counter
 
 import torch
 
+from distributed_training.data.staged import StagedData
 from distributed_training.task_interface import load_task
 from distributed_training.training import ranks, strategy as strategies
-from distributed_training.data.staged import StagedData
 from distributed_training.training.loop import ShuffledBatches, evaluate, update
 
 SGD_LEARNING_RATE = 0.05

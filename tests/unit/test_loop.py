@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from distributed_training.files import write_atomically
 from distributed_training.data.staging import stage
+from distributed_training.files import write_atomically
 from distributed_training.task_interface import load_task
 from distributed_training.training import ranks
 from distributed_training.training import loop

@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
+from distributed_training.data.staged import MANIFEST, StagedData
 from distributed_training.data.staging import TableError, read_table, stage
 from distributed_training.task_interface import load_task
-from distributed_training.data.staged import MANIFEST, StagedData
 
 from support.runs import FARE, LANGUAGE, resolved_config
 

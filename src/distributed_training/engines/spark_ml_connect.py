@@ -23,8 +23,8 @@ import time
 import uuid
 
 from ..config import Config
-from ..files import write_json
 from ..data.staging import read_table, split
+from ..files import write_json
 from ..training.tracking import Tracker
 from . import WAREHOUSE_DIR, Engine, LaunchError, TrainingRun
 

@@ -15,11 +15,11 @@ import shlex
 import sys
 
 from ..config import Config, from_json, to_json
+from ..data.staging import stage
 from ..files import write_json, write_text
 from ..run_folder import FolderInUse, announce_finished, held
-from ..training.checkpoints import refusal_to_resume
-from ..data.staging import stage
 from ..task_interface import load_task
+from ..training.checkpoints import refusal_to_resume
 from . import LaunchError, failures
 
 HANDOFF_DIR, CONFIG_FILE, COMMAND_FILE = "torchrun", "config.json", "command.sh"

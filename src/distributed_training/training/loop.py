@@ -14,12 +14,12 @@ from functools import partial
 import torch
 
 from ..config import Config
+from ..data.staged import StagedData
 from ..files import write_atomically, write_json
 from ..run_folder import METRICS_FILE, MODEL_FILE
 from ..task_interface import check_examples, check_metrics, load_task
 from . import ranks, strategy as strategies
 from .checkpoints import Checkpoints, complete_steps, named_checkpoint, options_identity
-from ..data.staged import StagedData
 from .throughput import StepMeter
 from .tracking import Tracker
 

@@ -45,9 +45,9 @@ from .schema import SCHEMA_ENV, SchemaUnavailable, load_validator, schema_findin
 from .scripts import script_findings
 from .serverless_tasks import TargetDeploy, serverless_gpu_findings
 from .sourced_trees import file_at
+from .train_arguments import train_argument_findings
 from .variables import (missing_value_findings, read_overrides, target_variables,
                         undeclared_target_variable_findings)
-from .train_arguments import train_argument_findings
 from .wheel_tasks import wheel_library_findings, wheel_task_findings
 from .yaml_files import gc_paused
 

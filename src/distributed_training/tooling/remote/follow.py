@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .retry_policy import NO_ANSWER, Patience
 from .progress import ProgressLine
+from .retry_policy import NO_ANSWER, Patience
 from .run_state import phase, run_summary
 
 

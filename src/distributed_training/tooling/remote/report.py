@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from .retry_policy import Patience, WorkspaceUnavailable, describe_error
 from .progress import format_elapsed
+from .retry_policy import Patience, WorkspaceUnavailable, describe_error
 from .run_state import phase, unsuccessful_tasks
 
 TAIL_LINES = 40  # of an error trace or of the logs
