@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import json
 
 import pytest
@@ -170,6 +171,21 @@ def test_a_run_killed_after_its_last_checkpoint_finishes_on_its_rerun(spark, tmp
     assert rerun["resumed_from_step"] == 5 and rerun["step"] == 5
     assert rerun["epochs"] == first["epochs"] and (tmp_path / "model.pt").exists()
     assert json.loads((tmp_path / "metrics.json").read_text())["final"] == first["final"]
+
+
+def test_the_run_and_its_model_are_freed_before_the_process_group_stops(spark, tmp_path, single_process, monkeypatch):
+    """DDP's reducer freed after its process group was destroyed hangs a gloo rank at exit (torch 2.13, CPU: the
+    group's destructor joins its loop thread, which waits for the GIL to free a finished all-reduce's tensors)."""
+    config, _ = staged(spark, resolved_config(tmp_path, FARE, processes=1, epochs=1, max_steps=2, tracking=False),
+                       world_size=1, rows=800)
+    alive_at_stop, stop = [], ranks.stop
+
+    def stopping(process):
+        alive_at_stop.extend(run for run in gc.get_objects() if isinstance(run, loop.Training) and run.config is config)
+        stop(process)
+
+    monkeypatch.setattr(ranks, "stop", stopping)
+    assert train(config)["step"] == 2 and alive_at_stop == []
 
 
 def test_weight_decay_falls_on_matrices_only():

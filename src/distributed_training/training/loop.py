@@ -44,6 +44,7 @@ def train(config: Config, environment: dict[str, str] | None = None) -> dict:
             run.tracker.finish(succeeded=False)
             raise
         run.tracker.finish(succeeded=True)
+        del run  # DDP's reducer before the process group: gloo (torch 2.13) deadlocks freeing them the other way round
         return metrics
     finally:
         ranks.stop(process)
@@ -54,24 +55,23 @@ class Training:
         self.started, self.config, self.process = time.perf_counter(), config, process
         self.log = log = (lambda *parts: print(*parts, flush=True)) if process.is_main else (lambda *parts: None)
         self.task = task = load_task(config.task)
-        options = config.task_options
         self.data = data = StagedData.load(config.staging_dir)
         torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP and DeepSpeed broadcast anyway)
 
         # This rank's examples; every rank takes the same number of steps, so every share is cut to the smallest.
         train_examples = check_examples(task.examples(data.shard("train", process.rank, process.world_size), data.stats,
-                                                      options), task.__name__)
+                                                      config.task_options), task.__name__)
         self.per_rank = per_rank = ranks.min_over_ranks(process, len(train_examples[0]))
         if per_rank == 0:
             raise ValueError(f"a rank got no training examples from {data.train_dir}: stage a larger table")
         train_examples = tuple(tensor[:per_rank] for tensor in train_examples)
         held_out_rows = data.shard("test", process.rank, process.world_size, require_rows=False)
-        self.held_out = check_examples(task.examples(held_out_rows, data.stats, options), task.__name__)
+        self.held_out = check_examples(task.examples(held_out_rows, data.stats, config.task_options), task.__name__)
         self.batches = ShuffledBatches(train_examples, config.batch_size, seed=config.seed + process.rank)
         self.plan = plan = Plan.of(config, len(self.batches), per_rank)
 
         self.strategy = strategy = strategies.create(config, process)
-        model = task.build_model(data.stats, options)
+        model = task.build_model(data.stats, config.task_options)
         # --init-from: a new run starts from an earlier run's checkpoint; a rerun of this run resumes its own instead.
         own = complete_steps(config.checkpoint_dir) if config.resume else []
         source = named_checkpoint(config.init_from) if config.init_from and not own else None
@@ -109,7 +109,7 @@ class Training:
         self.tracker = Tracker(config, process.is_main, environment, log)
         self.run_id = self.tracker.start(params(config, data, process, per_rank, strategy),
                                          resumed.get("mlflow_run_id") if resumed else None)
-        flops = task.flops_per_token(model, options)
+        flops = task.flops_per_token(model, config.task_options)
         self.meter = StepMeter(process, flops, counts_tokens=task.counts_tokens)
         log(f"Training {config.task} with {config.engine} on {process.world_size} {process.device.type.upper()} "
             f"process(es) in {config.precision}: {per_rank} examples per rank, {plan.updates_per_epoch} optimizer "
