@@ -181,7 +181,8 @@ def test_the_run_and_its_model_are_freed_before_the_process_group_stops(spark, t
     alive_at_stop, stop = [], ranks.stop
 
     def stopping(process):
-        alive_at_stop.extend(run for run in gc.get_objects() if isinstance(run, loop.Training) and run.config is config)
+        # type(), not isinstance(): gc also holds dead weak proxies, on which isinstance raises ReferenceError
+        alive_at_stop.extend(run for run in gc.get_objects() if type(run) is loop.Training and run.config is config)
         stop(process)
 
     monkeypatch.setattr(ranks, "stop", stopping)
