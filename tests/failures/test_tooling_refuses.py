@@ -237,6 +237,8 @@ ADVISE_REFUSALS = [
     (_shape_with("--seq-len", str(10**200)), "argument --seq-len:"),
     (_shape_with("--seq-len", "0"), "argument --seq-len: '0' must be 1 or more"),
     (_shape_with("--vocab", "nan"), "argument --vocab: 'nan' is not a whole number"),
+    (_shape_with("--lora-rank", "0"), "argument --lora-rank: '0' must be 1 or more"),
+    (_shape_with("--kv-heads", "1.5"), "argument --kv-heads: '1.5' is not a whole number"),
     (["--model-type", "mlp", "--features", HUGE, "--layers", "2", "--hidden", "8", "--cloud", "aws"],
      "argument --features:"),
     (CLASSICAL, "a classical model's advice depends only on the data: give --dataset-gb"),

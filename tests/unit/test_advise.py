@@ -3,7 +3,9 @@
 The hand arithmetic uses the accounting of `advise/memory.py` (GB = 10^9 bytes, headroom x 1.20):
 bf16/fp16 with Adam = 2 (weights) + 2 (gradients) + 12 (fp32 master + two moments) = 16 bytes a parameter;
 fp32 with Adam = 4 + 4 + 8 = 16 bytes a parameter; transformer activations per layer s*b*h*(34 + 5*a*s/h) bytes in
-16-bit (34 with fused attention), twice that in fp32; logits s*b*V*4 bytes.
+16-bit (34 with fused attention), twice that in fp32; logits s*b*V*4 bytes. Fine-tuning in full: the same terms;
+with LoRA: the frozen base's 2 bytes a parameter in bf16, and r*(in + out) adapter parameters for each of a Llama
+layer's q, k, v, o, gate, up and down projections, each with 4 + 4 + 8 bytes (fp32 weights, gradients, AdamW's m, v).
 """
 
 import json
@@ -306,6 +308,188 @@ def test_parameter_counts_in_every_notation():
             parse_count(bad)
 
 
+# ---------------------------------------------------------------- fine-tuning a pretrained Llama: full and LoRA
+
+# Each config.json on huggingface.co/meta-llama: (num_hidden_layers, hidden_size, num_attention_heads,
+# num_key_value_heads, intermediate_size, vocab_size, tie_word_embeddings).
+LLAMA_CONFIGS = {
+    "llama-3.2-1b": (16, 2048, 32, 8, 8192, 128256, True),
+    "llama-3.1-8b": (32, 4096, 32, 8, 14336, 128256, False),
+    "llama-3.1-70b": (80, 8192, 64, 8, 28672, 128256, False),
+    "llama-7b": (32, 4096, 32, 32, 11008, 32000, False),  # Llama-2-7b-hf
+    "llama-13b": (40, 5120, 40, 40, 13824, 32000, False),  # Llama-2-13b-hf
+    "llama-70b": (80, 8192, 64, 8, 28672, 32000, False),  # Llama-2-70b-hf
+}
+LLAMA_3 = ("llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b")
+# What peft counts (get_peft_model with LoraConfig(r=16, target_modules=[q, k, v, o, gate, up, down]_proj) on
+# transformers' LlamaForCausalLM built from each config on the meta device, then the trainable parameters).
+PEFT_RANK_16 = {"llama-3.2-1b": 11_272_192, "llama-3.1-8b": 41_943_040, "llama-3.1-70b": 207_093_760}
+
+
+def _projections(name):
+    """Each decoder layer's (in, out) of q, k, v, o, gate, up, down."""
+    _, hidden, heads, kv_heads, intermediate, _, _ = LLAMA_CONFIGS[name]
+    kv = kv_heads * hidden // heads
+    return [(hidden, hidden), (hidden, kv), (hidden, kv), (hidden, hidden), (hidden, intermediate),
+            (hidden, intermediate), (intermediate, hidden)]
+
+
+def _lora_params(name, rank=16):
+    return LLAMA_CONFIGS[name][0] * sum(rank * (inputs + outputs) for inputs, outputs in _projections(name))
+
+
+@pytest.mark.parametrize("name", LLAMA_CONFIGS)
+def test_the_llamas_have_their_configs_shapes_and_parameter_counts(name):
+    layers, hidden, heads, kv_heads, intermediate, vocab, tied = LLAMA_CONFIGS[name]
+    model = NAMED_MODELS[name]
+    assert (model.layers, model.hidden, model.heads, model.kv_heads, model.intermediate, model.vocab) == \
+        (layers, hidden, heads, kv_heads, intermediate, vocab)
+    per_layer = sum(inputs * outputs for inputs, outputs in _projections(name)) + 2 * hidden  # and two RMSNorms
+    embeddings = vocab * hidden * (1 if tied else 2)  # the output layer shares the embedding's weights when tied
+    assert model.params == layers * per_layer + embeddings + hidden  # and the final norm
+
+
+@pytest.mark.parametrize("name", LLAMA_3)
+def test_lora_adapters_are_rank_times_in_plus_out_of_each_projection(name):
+    assert _lora_params(name) == PEFT_RANK_16[name]
+    model = NAMED_MODELS[name]
+    assert Training(model, fine_tune="lora").adapter_params == PEFT_RANK_16[name]
+    assert Training(model, fine_tune="lora", lora_rank=64).adapter_params == 4 * PEFT_RANK_16[name]
+    assert Training(model, fine_tune="full").adapter_params is None
+
+
+SEQ = 2048  # micro-batch 1, fused attention, bf16, AdamW
+LOGITS = SEQ * 128256 * 4 / GB  # 1.0507 GB
+
+
+def _fine_tuning(name, fine_tune):
+    return Training(NAMED_MODELS[name], batch_size=1, seq_len=SEQ, flash_attention=True, fine_tune=fine_tune)
+
+
+def _activations(name, checkpointing):
+    """34*s*b*h bytes a layer with fused attention; checkpointed, each layer's 2*s*b*h input and one layer rebuilt."""
+    layers, hidden = LLAMA_CONFIGS[name][:2]
+    return (layers * 2 * SEQ * hidden + SEQ * hidden * 34 if checkpointing else layers * SEQ * hidden * 34) / GB
+
+
+def _expected_terms(name, fine_tune, share, checkpointing):
+    """bf16 with AdamW. Full: 2 + 2 + 12 bytes a parameter. LoRA: the frozen base's 2 bytes, the adapter's fp32
+    weights (4), gradients (4) and moments (8). ZeRO 3 divides each by the GPUs (`share`)."""
+    params = NAMED_MODELS[name].params
+    if fine_tune == "full":
+        states = {"weights": params * 2, "gradients": params * 2, "optimizer": params * 12}
+    else:
+        adapter = _lora_params(name)
+        states = {"frozen base": params * 2, "adapter weights": adapter * 4, "adapter gradients": adapter * 4,
+                  "adapter optimizer": adapter * 8}
+    return {**{term: size / share / GB for term, size in states.items()},
+            "activations": _activations(name, checkpointing), "logits": LOGITS}
+
+
+@pytest.mark.parametrize("name, fine_tune, node_type, sharding, needed", [
+    # 2.47 + 3 x 0.045 (adapter) + 2.28 + 1.05 = 5.98 GB x 1.2: one GPU (the A100s' family before the L4s')
+    ("llama-3.2-1b", "lora", "a2-highgpu-1g", Sharding(0), 7.18),
+    # 1.236B x 16 bytes = 19.77 + 2.28 + 1.05 = 23.11 GB x 1.2: one 40 GB A100
+    ("llama-3.2-1b", "full", "a2-highgpu-1g", Sharding(0), 27.73),
+    # 16.06 (frozen base) + 0.67 (adapter) + 9.13 + 1.05 = 26.91 GB x 1.2: one 40 GB A100, no sharding
+    ("llama-3.1-8b", "lora", "a2-highgpu-1g", Sharding(0), 32.29),
+    # 8.03B x 16 / 2 = 64.24 + 0.82 (checkpointed) + 1.05 = 66.11 GB x 1.2 <= 80: ZeRO 3 over two 80 GB A100s
+    ("llama-3.1-8b", "full", "a2-ultragpu-2g", Sharding(3, checkpointing=True), 79.34),
+    # 141.11 / 4 = 35.28 (frozen base) + 3.31 / 4 (adapter) + 3.25 (checkpointed) + 1.05 = 40.41 GB x 1.2
+    ("llama-3.1-70b", "lora", "a2-ultragpu-4g", Sharding(3, checkpointing=True), 48.49),
+])
+def test_fine_tuning_terms_and_the_setup_they_choose(name, fine_tune, node_type, sharding, needed):
+    advice = advise(Job("gcp", _fine_tuning(name, fine_tune)))
+    plan = advice.plan
+    expected = _expected_terms(name, fine_tune, plan.gpus if sharding.zero_stage == 3 else 1, sharding.checkpointing)
+    assert terms(plan.estimate) == pytest.approx(expected)
+    assert plan.estimate.needed_gb == pytest.approx(sum(expected.values()) * 1.2)
+    assert plan.estimate.needed_gb == pytest.approx(needed, abs=5e-3)
+    assert (plan.node.id, plan.nodes, plan.sharding) == (node_type, 1, sharding)
+    assert plan.engine == (DEEPSPEED if sharding.zero_stage else TORCH_DISTRIBUTOR)
+    baseline = _expected_terms(name, fine_tune, 1, False)
+    assert terms(advice.baseline) == pytest.approx(baseline)
+
+
+def test_8b_full_and_70b_lora_need_zero3_and_no_fewer_gpus():
+    """Why the search goes past one GPU, and past ZeRO 3 on fewer GPUs or without checkpointing."""
+    full_8b = sum(_expected_terms("llama-3.1-8b", "full", 1, False).values()) * 1.2
+    full_8b_on_two = sum(_expected_terms("llama-3.1-8b", "full", 2, False).values()) * 1.2
+    lora_70b_on_two = sum(_expected_terms("llama-3.1-70b", "lora", 2, True).values()) * 1.2
+    lora_70b_on_four = sum(_expected_terms("llama-3.1-70b", "lora", 4, False).values()) * 1.2
+    assert (full_8b, full_8b_on_two, lora_70b_on_two, lora_70b_on_four) == \
+        pytest.approx((166.39, 89.31, 91.82, 99.35), abs=1e-2)
+    assert min(full_8b_on_two, lora_70b_on_two, lora_70b_on_four) > 80
+
+
+def test_fsdp2_holds_70b_lora_with_the_frozen_base_and_the_adapter_sharded():
+    params, adapter = NAMED_MODELS["llama-3.1-70b"].params, _lora_params("llama-3.1-70b")
+    on_four = (params * 2 / 4 + adapter * 16 / 4) / GB + _activations("llama-3.1-70b", True) + LOGITS
+    advice = advise(Job("gcp", _fine_tuning("llama-3.1-70b", "lora")))
+    fsdp2 = advice.to_dict()["fsdp2"]["memory_per_gpu"]
+    assert {term["name"]: term["gb"] for term in fsdp2["gpu"]} == pytest.approx(
+        {"frozen base": params * 2 / 4 / GB, "adapter state": adapter * 16 / 4 / GB,
+         "activations": _activations("llama-3.1-70b", True), "logits": LOGITS}, abs=1e-4)
+    assert fsdp2["needed_gb"] == pytest.approx(on_four * 1.2, abs=1e-3)
+    (note,) = [note for note in advice.notes if note.startswith("FSDP2 holds it too")]
+    assert "frozen base 70.55B params x 2 bytes (bf16, frozen) / 4 GPUs (FSDP2) = 35.28 GB" in note
+
+
+def test_70b_full_fine_tuning_needs_cpu_offload_on_one_node_or_three_nodes():
+    params = NAMED_MODELS["llama-3.1-70b"].params
+    on_gpu = (params * 2 / 8 + params * 2 / 8) / GB + _activations("llama-3.1-70b", True) + LOGITS  # 39.58 GB
+    host_per_gpu = params * 12 / 8 / GB  # the fp32 master and moments: 105.83 GB, 1,015.97 GB a node with headroom
+    on_16 = params * 16 / 16 / GB + _activations("llama-3.1-70b", True) + LOGITS  # 74.86 GB x 1.2 > 80: 2 nodes fail
+    on_24 = params * 16 / 24 / GB + _activations("llama-3.1-70b", True) + LOGITS  # 51.34 GB x 1.2 <= 80
+    assert (on_gpu * 1.2, host_per_gpu * 8 * 1.2, on_16 * 1.2, on_24 * 1.2) == \
+        pytest.approx((47.50, 1015.97, 89.83, 61.61), abs=1e-2)
+
+    advice = advise(Job("gcp", _fine_tuning("llama-3.1-70b", "full")))
+    plan = advice.plan
+    assert (plan.node.id, plan.nodes, plan.engine) == ("a2-ultragpu-8g", 1, DEEPSPEED)
+    assert plan.sharding == Sharding(3, "optimizer", checkpointing=True)
+    assert plan.estimate.needed_gb == pytest.approx(on_gpu * 1.2)
+    assert plan.estimate.host_gb == pytest.approx(host_per_gpu)
+    alternative = advice.alternative
+    assert (alternative.node.gpus, alternative.nodes, alternative.sharding) == (8, 3, Sharding(3, checkpointing=True))
+    assert alternative.estimate.needed_gb == pytest.approx(on_24 * 1.2)
+
+
+@pytest.mark.parametrize("name, fine_tune, sharding, needed", [
+    ("llama-3.1-8b", "lora", Sharding(0), 32.29),  # DDP: each GPU holds the whole 16.06 GB base
+    ("llama-3.1-8b", "full", Sharding(3), 31.49),  # 128.49 / 8 + 9.13 + 1.05 = 26.24 GB x 1.2
+    ("llama-3.1-70b", "lora", Sharding(3), 77.68),  # 141.11 / 8 + 3.31 / 8 + 45.63 + 1.05 = 64.73 GB x 1.2
+])
+def test_on_one_node_of_eight_80gb_gpus(name, fine_tune, sharding, needed):
+    advice = advise(Job("gcp", _fine_tuning(name, fine_tune), node_type_id="a3-highgpu-8g"))
+    plan = advice.plan
+    expected = _expected_terms(name, fine_tune, 8 if sharding.zero_stage else 1, sharding.checkpointing)
+    assert terms(plan.estimate) == pytest.approx(expected)
+    assert plan.estimate.needed_gb == pytest.approx(needed, abs=5e-3)
+    assert (plan.gpus, plan.nodes, plan.sharding) == (8, 1, sharding)
+    assert advice.template_answers()["engine"] == (DEEPSPEED if sharding.zero_stage else TORCH_DISTRIBUTOR)
+
+
+def _fine_tuning_sweep():
+    for cloud in ("azure", "aws", "gcp"):
+        for name in LLAMA_CONFIGS:
+            for fine_tune in ("full", "lora"):
+                for batch_size, seq_len, flash in ((1, 2048, True), (8, 1024, False)):
+                    yield Job(cloud, Training(NAMED_MODELS[name], batch_size=batch_size, seq_len=seq_len,
+                                              flash_attention=flash, fine_tune=fine_tune))
+
+
+def test_fine_tuning_runs_under_ddp_or_zero3_and_its_plans_fit_and_generate():
+    for job in _fine_tuning_sweep():
+        advice = advise(job)
+        plans = [plan for plan in (advice.plan, advice.alternative) if plan is not None]
+        assert plans, advice.why
+        assert all(plan.sharding.zero_stage in (0, 3) for plan in plans), render(advice)
+        assert advice.serverless is None or advice.serverless.sharding.zero_stage in (0, 3)
+        assert all(plan.estimate.needed_gb <= plan.node.gpu_memory_gb for plan in plans)
+        assert _template_errors(advice) == [], render(advice)
+
+
 # ---------------------------------------------------------------- the command line, in process
 
 def test_cli_shows_the_arithmetic_and_the_template_answers(capsys):
@@ -328,6 +512,36 @@ def test_cli_template_answers_and_json(capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["recommendation"]["engine"] == SPARK_ML_CONNECT
     assert result["template_answers"]["num_workers"] == "32"
+
+
+def test_cli_fine_tunes_with_lora_and_shows_the_adapter_count_and_terms(capsys):
+    code = main(["advise", "--model", "Llama-3.1-8B", "--fine-tune", "lora", "--lora-rank", "64", "--batch-size",
+                 "1", "--seq-len", "2048", "--flash-attention", "--cloud", "gcp", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0
+    adapter = _lora_params("llama-3.1-8b", rank=64)  # 4 x 41,943,040 = 167,772,160
+    assert result["job"]["adapter_params"] == adapter == 167_772_160
+    assert (result["job"]["model"], result["job"]["fine_tune"], result["job"]["lora_rank"]) == \
+        ("llama-3.1-8b", "lora", 64)
+    baseline = {term["name"]: term["gb"] for term in result["baseline_one_gpu"]["gpu"]}
+    assert baseline["adapter optimizer"] == pytest.approx(adapter * 8 / GB, abs=1e-4)  # 1.3422 GB
+    assert baseline["frozen base"] == pytest.approx(8_030_261_248 * 2 / GB, abs=1e-4)
+
+    assert main(["advise", "--model", "llama-3.1-8b", "--fine-tune", "lora", "--batch-size", "1", "--seq-len",
+                 "2048", "--flash-attention", "--cloud", "gcp"]) == 0
+    out = capsys.readouterr().out
+    assert ("32 layers x rank 16 x (9 x 4096 + 2 x 1024 + 3 x 14336) = 41,943,040 parameters (0.52% of the base)"
+            in out)
+    frozen = next(line for line in out.splitlines() if line.strip().startswith("frozen base"))
+    assert "8.03B params x 2 bytes (bf16, frozen)" in frozen and frozen.split("=")[-1].strip() == "16.06 GB"
+    assert "Template answers: cloud=gcp engine=torch_distributor node_type_id=a2-highgpu-1g num_workers=0" in out
+
+
+def test_cli_lora_on_a_shape_given_by_flags_counts_the_same_adapters(capsys):
+    shape = ["--params", "8.03B", "--layers", "32", "--hidden", "4096", "--heads", "32", "--kv-heads", "8",
+             "--intermediate", "14336", "--vocab", "128256"]
+    assert main(["advise", *shape, "--fine-tune", "lora", "--cloud", "aws", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["job"]["adapter_params"] == PEFT_RANK_16["llama-3.1-8b"]
 
 
 def test_cli_says_when_nothing_fits_with_exit_code_1(capsys):
@@ -361,6 +575,17 @@ def test_cli_rejects_bad_values_through_argparse(argv, message, capsys):
      "retired on 2025-09-30: use Standard_NC24ads_A100_v4"),
     (["--model-type", "classical", "--cloud", "aws"], "give --dataset-gb"),
     (["--model-type", "mlp", "--features", "10", "--cloud", "aws"], "missing --layers, --hidden"),
+    (["--model", "gpt2", "--fine-tune", "lora", "--cloud", "aws"], "gpt2 is not Llama-shaped"),
+    (["--params", "1e9", "--layers", "12", "--hidden", "768", "--heads", "12", "--fine-tune", "lora", "--cloud",
+      "aws"], "give its MLP width with --intermediate"),
+    (["--model", "llama-3.1-8b", "--lora-rank", "8", "--cloud", "aws"], "add --fine-tune lora or drop it"),
+    (["--model", "llama-3.1-8b", "--intermediate", "8192", "--cloud", "aws"], "drop --intermediate"),
+    (["--params", "1e9", "--layers", "12", "--hidden", "768", "--heads", "12", "--kv-heads", "5", "--cloud", "aws"],
+     "--kv-heads 5 must divide --heads 12"),
+    (["--model-type", "mlp", "--features", "10", "--layers", "2", "--hidden", "8", "--fine-tune", "full", "--cloud",
+      "aws"], "--fine-tune describes transformers; drop it for --model-type mlp"),
+    (["--model-type", "classical", "--fine-tune", "full", "--dataset-gb", "1", "--cloud", "aws"],
+     "a classical model needs only --dataset-gb"),
 ])
 def test_cli_rejects_questions_it_cannot_answer_with_the_reason(argv, message, capsys):
     assert main(["advise", *argv]) == 2

@@ -8,8 +8,8 @@ import sys
 
 from ...compute.catalog import CLOUDS
 from ...config import bounded
-from .memory import (MLP, NAMED_MODELS, OPTIMIZERS, PRECISIONS, TRANSFORMER, ModelShape, Training, mlp_params,
-                     parse_count)
+from .memory import (DEFAULT_LORA_RANK, FINE_TUNES, LORA, MLP, NAMED_MODELS, OPTIMIZERS, PRECISIONS, TRANSFORMER,
+                     ModelShape, Training, mlp_params, parse_count)
 from .plan import CLASSICAL, MAX_DATASET_GB, AdviseError, Job
 from .report import render
 from .search import advise
@@ -35,13 +35,18 @@ def _count(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
-    model.add_argument("--model", choices=sorted(NAMED_MODELS), help="a well-known transformer by name")
+    model.add_argument("--model", type=str.lower, choices=sorted(NAMED_MODELS),
+                       help="a well-known transformer by name (any case: Llama-3.1-8B)")
     model.add_argument("--params", type=_count, help="parameter count: 1.3e9, 1.3B, 350M")
     model.add_argument("--model-type", choices=MODEL_TYPES, default=TRANSFORMER,
                        help="transformer (default); mlp on tabular features; classical: Spark ML on CPU nodes")
     model.add_argument("--layers", type=positive_size, help="transformer layers, or MLP hidden layers")
     model.add_argument("--hidden", type=positive_size, help="hidden size (MLP: width of each hidden layer)")
     model.add_argument("--heads", type=positive_size, help="attention heads (transformer)")
+    model.add_argument("--kv-heads", type=positive_size,
+                       help="key/value heads under grouped-query attention (default: as many as --heads)")
+    model.add_argument("--intermediate", type=positive_size,
+                       help="the gated MLP's width of a Llama-shaped transformer (needed by --fine-tune lora)")
     model.add_argument("--vocab", type=positive_size, help="vocabulary size; counts the output logits")
     model.add_argument("--features", type=positive_size, help="input features (mlp)")
     training = parser.add_argument_group("training")
@@ -53,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="fused attention (FlashAttention, PyTorch SDPA): attention scores are not stored")
     training.add_argument("--activation-checkpointing", action="store_true",
                           help="the model always checkpoints its activations (otherwise advised only when needed)")
+    training.add_argument("--fine-tune", choices=FINE_TUNES,
+                          help="fine-tune a pretrained transformer: every weight (full), or LoRA adapters on its "
+                          "attention and MLP projections beside the frozen base (lora); absent: from scratch")
+    training.add_argument("--lora-rank", type=positive_size,
+                          help=f"the adapters' rank r (default {DEFAULT_LORA_RANK}; --fine-tune lora)")
     where = parser.add_argument_group("data and compute")
     where.add_argument("--dataset-gb", type=dataset_size, default=0.0, help="dataset size on disk, GB")
     where.add_argument("--cloud", choices=CLOUDS, required=True)
@@ -65,22 +75,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
+    if args.lora_rank is not None and args.fine_tune != LORA:
+        raise AdviseError(f"--lora-rank {args.lora_rank} sizes LoRA's adapters: add --fine-tune lora or drop it")
     if args.model_type == CLASSICAL:
-        given = [flag for flag, value in (("--model", args.model), ("--params", args.params)) if value is not None]
+        given = [flag for flag, value in (("--model", args.model), ("--params", args.params),
+                                          ("--fine-tune", args.fine_tune)) if value is not None]
         if given:
             raise AdviseError(f"{', '.join(given)} describe a neural network; a classical model needs only "
                               "--dataset-gb")
         training = None
     else:
         options = dict(precision=args.precision, optimizer=args.optimizer, batch_size=args.batch_size,
-                       seq_len=args.seq_len, flash_attention=args.flash_attention)
+                       seq_len=args.seq_len, flash_attention=args.flash_attention, fine_tune=args.fine_tune,
+                       lora_rank=args.lora_rank or DEFAULT_LORA_RANK)
         training = Training(_model_from_args(args), **options)
     return Job(cloud=args.cloud, training=training, dataset_gb=args.dataset_gb, node_type_id=args.node_type,
                prefer_ray=args.prefer_ray, activation_checkpointing=args.activation_checkpointing)
 
 
 def _model_from_args(args: argparse.Namespace) -> ModelShape:
-    shape_flags = {"--layers": args.layers, "--hidden": args.hidden, "--heads": args.heads, "--vocab": args.vocab,
+    shape_flags = {"--layers": args.layers, "--hidden": args.hidden, "--heads": args.heads,
+                   "--kv-heads": args.kv_heads, "--intermediate": args.intermediate, "--vocab": args.vocab,
                    "--features": args.features}
     if args.model is not None:
         given = [flag for flag, value in {**shape_flags, "--params": args.params}.items() if value is not None]
@@ -98,13 +113,24 @@ def _model_from_args(args: argparse.Namespace) -> ModelShape:
                               f"with --layers, --hidden and --heads; missing {', '.join(missing)}")
         if args.features is not None:
             raise AdviseError("--features describes an MLP's input; a transformer's is --seq-len")
-        return ModelShape(args.params, TRANSFORMER, args.layers, args.hidden, args.heads, vocab=args.vocab)
+        if args.kv_heads is not None and args.heads % args.kv_heads:
+            raise AdviseError(f"--kv-heads {args.kv_heads} must divide --heads {args.heads}: each key/value head "
+                              "serves a whole group of query heads")
+        if args.kv_heads is not None and args.hidden % args.heads:
+            raise AdviseError(f"--heads {args.heads} must divide --hidden {args.hidden} to give the key/value heads "
+                              "a whole head size")
+        return ModelShape(args.params, TRANSFORMER, args.layers, args.hidden, args.heads, vocab=args.vocab,
+                          kv_heads=args.kv_heads, intermediate=args.intermediate)
     missing = [flag for flag in ("--features", "--layers", "--hidden") if shape_flags[flag] is None]
     if missing:
         raise AdviseError(f"an MLP needs --features, --layers and --hidden; missing {', '.join(missing)}")
-    if args.heads is not None or args.vocab is not None or args.activation_checkpointing:
-        raise AdviseError("--heads, --vocab and --activation-checkpointing describe transformers; drop them for "
-                          "--model-type mlp")
+    transformer_flags = {"--heads": args.heads, "--kv-heads": args.kv_heads, "--intermediate": args.intermediate,
+                         "--vocab": args.vocab, "--activation-checkpointing": args.activation_checkpointing or None,
+                         "--fine-tune": args.fine_tune}
+    given = [flag for flag, value in transformer_flags.items() if value is not None]
+    if given:
+        raise AdviseError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} transformers; drop "
+                          f"{'it' if len(given) == 1 else 'them'} for --model-type mlp")
     params = args.params if args.params is not None else mlp_params(args.features, args.hidden, args.layers)
     return ModelShape(params, MLP, args.layers, args.hidden, features=args.features)
 

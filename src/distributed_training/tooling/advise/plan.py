@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ...compute.catalog import NodeType
 from ...compute.requirements import DEEPSPEED, RAY, TORCH_DISTRIBUTOR
 from ..serverless import SERVERLESS_GPU
-from .memory import HEADROOM, TRANSFORMER, Estimate, Sharding, Term, Training, fully_sharded
+from .memory import HEADROOM, LORA, TRANSFORMER, Estimate, Sharding, Term, Training, fully_sharded
 
 CLASSICAL = "classical"
 MAX_DATASET_GB = 1e9  # an exabyte
@@ -140,10 +140,13 @@ def _job_dict(job: Job) -> dict:
         return {**result, "model_type": CLASSICAL}
     training, model = job.training, job.training.model
     return {**result, "model_type": model.kind, "model": model.name, "params": model.params, "layers": model.layers,
-            "hidden": model.hidden, "heads": model.heads, "vocab": model.vocab, "features": model.features,
+            "hidden": model.hidden, "heads": model.heads, "kv_heads": model.kv_heads,
+            "intermediate": model.intermediate, "vocab": model.vocab, "features": model.features,
             "precision": training.precision, "optimizer": training.optimizer, "batch_size": training.batch_size,
             "seq_len": training.seq_len if model.kind == TRANSFORMER else None,
-            "flash_attention": training.flash_attention, "activation_checkpointing": job.activation_checkpointing}
+            "flash_attention": training.flash_attention, "activation_checkpointing": job.activation_checkpointing,
+            "fine_tune": training.fine_tune, "lora_rank": training.lora_rank if training.fine_tune == LORA else None,
+            "adapter_params": training.adapter_params}
 
 
 def _terms_dict(terms: tuple[Term, ...]) -> list[dict]:

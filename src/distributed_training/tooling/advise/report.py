@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from ..serverless import ACCELERATORS
-from .memory import HEADROOM, TRANSFORMER, Estimate, Term, format_count, format_gb
+from .memory import (FULL, HEADROOM, LORA, TRANSFORMER, Estimate, Term, adapter_formula, format_count,
+                     format_gb)
 from .plan import Advice, Job
 
 
@@ -54,8 +55,12 @@ def _describe_job(job: Job) -> list[str]:
     training, model = job.training, job.training.model
     shape = f"{model.layers} layers, hidden {model.hidden}"
     if model.kind == TRANSFORMER:
-        shape += f", {model.heads} heads" + (f", vocab {model.vocab}" if model.vocab else ", vocab not given: "
-                                             "logits not counted")
+        shape += f", {model.heads} heads"
+        if model.kv_heads:
+            shape += f", {model.kv_heads} KV heads"
+        if model.intermediate:
+            shape += f", MLP {model.intermediate}"
+        shape += f", vocab {model.vocab}" if model.vocab else ", vocab not given: logits not counted"
     else:
         shape = f"{model.features} features, " + shape
     name = f"{model.name}: " if model.name else ""
@@ -67,6 +72,13 @@ def _describe_job(job: Job) -> list[str]:
         setup.append("fused attention" if training.flash_attention else "attention scores stored")
     data = f", dataset {job.dataset_gb:g} GB" if job.dataset_gb else ""
     lines.append(f"Training: {', '.join(setup)}; cloud {job.cloud}{data}")
+    if training.fine_tune == FULL:
+        lines.append("Fine-tuning in full: every weight of the pretrained model trains, as from scratch")
+    elif training.fine_tune == LORA:
+        adapter = training.adapter_params
+        lines.append(f"Fine-tuning with LoRA, the base frozen: adapters on q, k, v, o, gate, up, down, "
+                     f"{adapter_formula(model, training.lora_rank)} = {adapter:,} parameters "
+                     f"({adapter / model.params:.2%} of the base)")
     return lines
 
 

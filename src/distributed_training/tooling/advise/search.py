@@ -8,7 +8,9 @@ The platform's advice is the order in which setups are tried; the first step tha
    NC-series, whose verdict is refuse);
 5. several nodes with CPU offload.
 Within a step the simplest technique that fits is taken: DDP, DDP with activation checkpointing, ZeRO 1, 2, 3,
-then ZeRO with checkpointing (offload: ZeRO 2 then 3 with the optimizer, then ZeRO 3 with the weights too). Among
+then ZeRO with checkpointing (offload: ZeRO 2 then 3 with the optimizer, then ZeRO 3 with the weights too).
+Fine-tuning a pretrained model (in full or with LoRA) runs under DDP, FSDP2 or ZeRO 3, so its ladder holds no
+ZeRO 1 or 2 (under LoRA they would shard only the small adapter's state: the frozen base is sharded at stage 3). Among
 node types that fit: families the catalog allows without reservation before those it warns about (its reasons:
 unverified interconnect, unconfirmed availability, a graphics family), then the fewest nodes, the fewest GPUs, the
 smallest GPU, the simplest technique, the smallest node.
@@ -34,7 +36,7 @@ from typing import Callable
 from ...compute.catalog import CLOUDS, Catalog, NodeType, default_catalog
 from ...compute.requirements import DEEPSPEED, RAY, SPARK_ML_CONNECT, TORCH_DISTRIBUTOR
 from ..serverless import ACCELERATORS
-from .memory import HEADROOM, Estimate, Sharding, Term, Training, estimate, format_gb
+from .memory import FULL, HEADROOM, LORA, Estimate, Sharding, Term, Training, estimate, format_gb
 from .plan import MAX_DATASET_GB, Advice, AdviseError, Job, Plan, ServerlessPlan, fsdp2_engine, fsdp2_estimate
 
 MAX_NODES = 256  # the template accepts up to 256 workers
@@ -61,8 +63,21 @@ def advise(job: Job, catalog: Catalog | None = None) -> Advice:
     if not 0 <= job.dataset_gb <= MAX_DATASET_GB:
         raise AdviseError(f"dataset size {job.dataset_gb:g} GB is out of range; give the size on disk in GB, from 0 "
                           f"(not known) to {MAX_DATASET_GB:,.0f}")
+    if job.training is not None and job.training.fine_tune == LORA:
+        _check_lora_targets(job.training)
     nodes = _nodes_in_scope(job, catalog)
     return _advise_classical(job, nodes) if job.training is None else _advise_gpu(job, nodes)
+
+
+def _check_lora_targets(training: Training) -> None:
+    model = training.model
+    if model.name is not None and model.intermediate is None:
+        raise AdviseError(f"{model.name} is not Llama-shaped (no gated MLP), and LoRA's adapters are counted on q, k, "
+                          "v, o, gate, up and down: use --fine-tune full or a llama model")
+    if model.intermediate is None:
+        raise AdviseError("LoRA's adapters are counted on the q, k, v, o, gate, up and down projections of a "
+                          "Llama-shaped model: give its MLP width with --intermediate (and --kv-heads if it groups "
+                          "its queries)")
 
 
 def _nodes_in_scope(job: Job, catalog: Catalog) -> list[NodeType]:
@@ -101,13 +116,14 @@ SEARCH_STEPS: tuple[tuple[str, bool, bool, Callable[[NodeType], bool]], ...] = (
     ("several nodes", True, False, lambda node: node.multi_node != "refuse"),
     ("several nodes with CPU offload", True, True, lambda node: node.multi_node != "refuse"),
 )
+FINE_TUNING_STAGES = (0, 3)  # DDP, ZeRO 3 (and FSDP2 where ZeRO 3 fits on the GPUs)
 
 
 def _ladder(offload: bool, job: Job) -> list[Sharding]:
     ladder = OFFLOAD_LADDER if offload else ON_GPU_LADDER
-    if job.activation_checkpointing:
-        return [sharding for sharding in ladder if sharding.checkpointing]
-    return list(ladder)
+    return [sharding for sharding in ladder
+            if (sharding.checkpointing or not job.activation_checkpointing)
+            and (sharding.zero_stage in FINE_TUNING_STAGES or job.training.fine_tune is None)]
 
 
 def _fits(training: Training, node: NodeType, nodes: int, sharding: Sharding) -> Estimate | None:
@@ -174,6 +190,8 @@ def _advise_gpu(job: Job, nodes: list[NodeType]) -> Advice:
     why = (f"no setup {scope} holds this job, not even {MAX_NODES} nodes with CPU offload: one GPU would need "
            f"{format_gb(baseline.needed_gb)}. Lower the micro-batch (--batch-size, with gradient accumulation to "
            "keep the effective batch), the sequence length, or use fused attention (--flash-attention)")
+    if job.training.fine_tune == FULL:
+        why += ", or fine-tune with LoRA (--fine-tune lora)"
     if job.node_type_id and nodes[0].multi_node == "refuse":
         why = (f"{job.node_type_id} cannot hold this job on one node, and multi-node training on it is refused: "
                f"{nodes[0].reason}. Pick a family with accelerated networking (advise without --node-type lists one)")
