@@ -530,8 +530,8 @@ def test_cli_fine_tunes_with_lora_and_shows_the_adapter_count_and_terms(capsys):
     assert main(["advise", "--model", "llama-3.1-8b", "--fine-tune", "lora", "--batch-size", "1", "--seq-len",
                  "2048", "--flash-attention", "--cloud", "gcp"]) == 0
     out = capsys.readouterr().out
-    assert ("32 layers x rank 16 x (9 x 4096 + 2 x 1024 + 3 x 14336) = 41,943,040 parameters (0.52% of the base)"
-            in out)
+    assert ("adapter parameters: 32 layers x rank 16 x (9 x 4096 + 2 x 1024 + 3 x 14336) = 41,943,040 (0.52% of "
+            "the base)") in out
     frozen = next(line for line in out.splitlines() if line.strip().startswith("frozen base"))
     assert "8.03B params x 2 bytes (bf16, frozen)" in frozen and frozen.split("=")[-1].strip() == "16.06 GB"
     assert "Template answers: cloud=gcp engine=torch_distributor node_type_id=a2-highgpu-1g num_workers=0" in out

@@ -76,8 +76,9 @@ def _describe_job(job: Job) -> list[str]:
         lines.append("Fine-tuning in full: every weight of the pretrained model trains, as from scratch")
     elif training.fine_tune == LORA:
         adapter = training.adapter_params
-        lines.append(f"Fine-tuning with LoRA, the base frozen: adapters on q, k, v, o, gate, up, down, "
-                     f"{adapter_formula(model, training.lora_rank)} = {adapter:,} parameters "
+        lines.append(f"Fine-tuning with LoRA, the base frozen: rank {training.lora_rank} adapters on q, k, v, o, "
+                     "gate, up and down of each layer")
+        lines.append(f"  adapter parameters: {adapter_formula(model, training.lora_rank)} = {adapter:,} "
                      f"({adapter / model.params:.2%} of the base)")
     return lines
 
