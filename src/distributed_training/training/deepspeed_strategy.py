@@ -51,10 +51,10 @@ class DeepSpeed(Strategy):
         return None if norm is None else torch.as_tensor(norm, dtype=torch.float32)
 
     def save(self, directory: str, tag: str) -> None:
-        self.model.save_checkpoint(directory, tag=tag)
+        self.model.save_checkpoint(directory, tag=tag, exclude_frozen_parameters=True)  # a LoRA run's base: not saved
 
     def load(self, directory: str, tag: str) -> None:
-        path, _ = self.model.load_checkpoint(directory, tag=tag)
+        path, _ = self.model.load_checkpoint(directory, tag=tag, load_module_strict=False)
         if path is None:
             raise FileNotFoundError(f"DeepSpeed found no checkpoint {tag} in {directory}")
 

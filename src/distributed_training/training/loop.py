@@ -99,10 +99,13 @@ class Training:
         self.checkpoints = Checkpoints(config.checkpoint_dir, process, config.keep_checkpoints, identity, log,
                                        (config.checkpoint_every, config.checkpoint_every_steps))
         resumed = self.checkpoints.resume(strategy) if config.resume else None
-        if source and config.init_mode == "full":  # that run's progress, but this run's own MLflow run
-            resumed = {**self.checkpoints.continue_from(strategy, *source), "mlflow_run_id": None}
+        if source and config.init_mode == "full":  # that run's progress, but this run's own MLflow run and start
+            resumed = {**self.checkpoints.continue_from(strategy, *source), "mlflow_run_id": None, "start": None}
         if resumed:
             strategy.follow_schedule()  # this run's length may differ from the saved run's
+        # The model's held-out metrics before its first step (a pretrained model's own: what fine-tuning improves on)
+        started_here = not (resumed or {}).get("start")
+        self.start = self.held_out_scores() if started_here else resumed["start"]
         self.resumed_from_step = resumed["step"] if resumed else None
         self.step = step = self.resumed_from_step or 0
         self.history, self.epoch_totals = (resumed["history"], resumed.get("epoch_totals")) if resumed else ([], None)
@@ -115,6 +118,10 @@ class Training:
             f"process(es) in {config.precision}: {per_rank} examples per rank, {plan.updates_per_epoch} optimizer "
             f"steps per epoch, {plan.updates} in all ({plan.epochs} epoch(s)); steps {step + 1} to {plan.updates} in "
             "this run.")
+        if started_here:
+            self.tracker.log_step(step, {"start_held_out_loss": self.start["held_out_loss"]})
+            log(f"held-out loss before step {step + 1}: {self.start['held_out_loss']:.4f} (trivial predictor: "
+                f"{self.start['baseline_loss']:.4f})")
 
     def take_steps(self) -> None:
         config, plan, process, strategy, step = self.config, self.plan, self.process, self.strategy, self.step
@@ -177,7 +184,7 @@ class Training:
     def save_checkpoint_if_due(self, step: int, epoch: int) -> None:
         if self.checkpoints.due(step, self.plan):  # mid-epoch, with the epoch's totals for its record on a resume
             totals = None if self.plan.ends_epoch(step) else self.settle(step)
-            self.checkpoints.save(self.strategy, step, {"epoch": epoch, "history": self.history,
+            self.checkpoints.save(self.strategy, step, {"epoch": epoch, "history": self.history, "start": self.start,
                                                         "mlflow_run_id": self.run_id, "epoch_totals": totals})
 
     def settle(self, step: int) -> dict | None:  # the epoch's totals up to `step`, for its record or a checkpoint
@@ -200,7 +207,8 @@ class Training:
         metrics = {"task": config.task, "engine": config.engine, "world_size": process.world_size,
             "device": process.device.type, "precision": config.precision,
             "train_examples": self.per_rank * process.world_size, "held_out_loss": history[-1]["held_out_loss"],
-            "baseline_loss": history[-1]["baseline_loss"], "final": history[-1], "epochs": history, "step": step,
+            "baseline_loss": history[-1]["baseline_loss"], "start_held_out_loss": self.start["held_out_loss"],
+            "final": history[-1], "epochs": history, "step": step,
             "updates_per_epoch": self.plan.updates_per_epoch, "max_steps": config.max_steps,
             "resumed_from_step": self.resumed_from_step,
             **self.meter.totals(),  # examples_per_second, tokens_per_second, mfu
@@ -307,15 +315,15 @@ def progress_line(step: int, plan: Plan, epoch: int, figures: dict) -> str:
 
 
 def load_weights(model: torch.nn.Module, weights: dict, source: str) -> None:
-    own = model.state_dict()
-    missing, unexpected = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
+    own = model.state_dict()  # a checkpoint holds no frozen parameter: build_model made them (strategy.frozen)
+    missing, unexpected = sorted(set(own) - set(weights) - strategies.frozen(model)), sorted(set(weights) - set(own))
     reshaped = sorted(name for name in set(own) & set(weights) if own[name].shape != weights[name].shape)
     if missing or unexpected or reshaped:
         found = "; ".join(f"{what} {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}" for what, names in
                           (("missing", missing), ("unexpected", unexpected), ("other shapes", reshaped)) if names)
         raise ValueError(f"--init-from {source}: its weights do not fit this run's model ({found}): start from a run "
                          "of the same task and model options")
-    model.load_state_dict(weights)
+    model.load_state_dict(weights, strict=False)
 
 
 def adamw(model: torch.nn.Module, learning_rate: float, weight_decay: float) -> torch.optim.Optimizer:

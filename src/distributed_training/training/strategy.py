@@ -1,6 +1,7 @@
 """How gradients are made and applied behind one small object, the same to the loop for DDP, FSDP2 or DeepSpeed (see
 loop.update). Mixed precision is autocast (DeepSpeed: fp32 master weights in its optimizer). A checkpoint holds the
-plain model's weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile)."""
+plain model's weights, whatever wraps it (DDP, FSDP2, DeepSpeed, torch.compile), but not its frozen parameters (a LoRA
+run's base model), which the task's build_model makes again."""
 
 import contextlib
 import os
@@ -94,14 +95,14 @@ class DataParallel(Strategy):
     def save(self, directory: str, tag: str) -> None:
         """Rank 0 writes the training state (the same on every rank under DDP) to directory/tag/state.pt."""
         if self.process.is_main:
-            state = {"model": unwrapped(self.module).state_dict(), "optimizer": self.optimizer.state_dict(),
+            state = {"model": trained_weights(unwrapped(self.module)), "optimizer": self.optimizer.state_dict(),
                      "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict()}
             write_atomically(os.path.join(directory, tag, STATE_FILE), lambda file: torch.save(state, file))
 
     def load(self, directory: str, tag: str) -> None:
         state = read_checkpoint_file(os.path.join(directory, tag, STATE_FILE), map_location=self.process.device,
                                      weights_only=True)
-        unwrapped(self.module).load_state_dict(state["model"])
+        load_trained_weights(unwrapped(self.module), state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
@@ -136,7 +137,8 @@ class FullyShardedDataParallel(DataParallel):
         return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
     def _state(self) -> dict:
-        model, optimizer = get_state_dict(self.model, self.optimizer)
+        model, optimizer = get_state_dict(self.model, self.optimizer,
+                                          options=StateDictOptions(ignore_frozen_params=True))
         return {"model": model, "optimizer": optimizer, "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict()}
 
@@ -150,13 +152,32 @@ class FullyShardedDataParallel(DataParallel):
             dcp.load(state, checkpoint_id=os.path.join(directory, tag))
         except dcp.CheckpointException as error:  # a BaseException, on every rank: for the resume, a damaged one
             raise RuntimeError(f"ranks {sorted(error.failures)} cannot read their part of it") from error
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+                       options=StateDictOptions(strict=False))  # the frozen parameters: not saved (_state)
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's float32 weights on the CPU, on rank 0 (every rank calls it; the others get nothing)."""
         return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def frozen(model: torch.nn.Module) -> set[str]:
+    """The names of the parameters that do not train (every name of a tied one)."""
+    return {name for name, parameter in model.named_parameters(remove_duplicate=False) if not parameter.requires_grad}
+
+
+def trained_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """What a checkpoint holds of the model: its state but the frozen parameters."""
+    left_out = frozen(model)
+    return {name: value for name, value in model.state_dict().items() if name not in left_out}
+
+
+def load_trained_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or (missing := sorted(set(missing) - frozen(model))):
+        raise RuntimeError(f"the checkpoint's weights do not fit the model (missing {missing[:3]}, unexpected "
+                           f"{sorted(unexpected)[:3]})")
 
 
 def unwrapped(model: torch.nn.Module) -> torch.nn.Module:
