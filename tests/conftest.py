@@ -54,6 +54,21 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def pretrained(tmp_path_factory):
+    """Small pretrained models made here (support/pretrained.py), by family: "llama" and "gpt2", made once a session."""
+    from support.pretrained import pretrained_model
+
+    made = {}
+
+    def folder_of(family: str) -> str:
+        if family not in made:
+            made[family] = pretrained_model(str(tmp_path_factory.mktemp(f"pretrained-{family}")), family)
+        return made[family]
+
+    return folder_of
+
+
 # DeepSpeed's CPU op from scratch: under a minute on 2 quiet cores, 2.5 to 3 at a load average of 8, 8 at 13. It runs
 # inside the per-test timeout (pyproject.toml) of the first test that needs it.
 OP_BUILD_BOUND_S = 1500

@@ -34,7 +34,8 @@ def pins(requirements: list[str]) -> dict[str, str]:
 def test_this_repositorys_pins_are_versions_yaml():
     local = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]["optional-dependencies"]["local"]
     pinned_here = pins([line for line in local if "==" in line])
-    assert pinned_here == {name: PINNED[name] for name in ("pyspark", "ray", "mlflow-skinny")}
+    assert pinned_here == {name: PINNED[name] for name in ("pyspark", "ray", "mlflow-skinny", "transformers", "peft",
+                                                           "tokenizers", "safetensors")}
     bootstrap = (REPOSITORY / "scripts" / "bootstrap.sh").read_text()
     assert dict(re.findall(r"install [^\n]*?\b(torch|deepspeed)==([\w.]+)", bootstrap)) == {
         name: PINNED[name] for name in ("torch", "deepspeed")}

@@ -1,0 +1,127 @@
+"""The fine-tuning task (tasks/fine_tune.py) through the real staging and loop on one process, on small pretrained
+models made here (support/pretrained.py): the loss falls below the base model's, LoRA trains only its adapters, the
+prompt's tokens carry no loss, the staged ids keep their width and flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch.nn import functional as F
+
+from distributed_training.data.staged import StagedData
+from distributed_training.run_folder import MODEL_FILE
+from distributed_training.tasks import fine_tune
+from distributed_training.training.loop import train
+
+from support.runs import resolved_config, staged
+
+FINE_TUNE = "distributed_training.tasks.fine_tune"
+SUPERVISED = {"prompt_column": "instruction", "response_column": "response"}
+
+
+def fine_tuning(tmp_path, base: str, **options):
+    task_options = fine_tune.Options(base_model=base, max_length=32, **options)
+    return resolved_config(tmp_path, FINE_TUNE, processes=1, epochs=1, max_steps=40, batch_size=16,
+                           warmup_fraction=0.1, task_options=task_options)
+
+
+@pytest.mark.parametrize("family, data, lora_rank", [("llama", {}, 8), ("gpt2", SUPERVISED, 8),
+                                                     ("llama", SUPERVISED, 0)])
+def test_fine_tuning_lowers_the_held_out_loss_below_the_base_model_s(spark, tmp_path, pretrained, family, data,
+                                                                     lora_rank):
+    config, _ = staged(spark, fine_tuning(tmp_path, pretrained(family), lora_rank=lora_rank, **data), world_size=1,
+                       rows=1200)
+    metrics = train(config)
+    assert metrics["held_out_loss"] < 0.95 * metrics["start_held_out_loss"]  # the base model's, on the same tokens
+    if not data:  # continued pre-training: the grammar beats word frequencies (responses take longer than 20 steps)
+        assert metrics["held_out_loss"] < metrics["baseline_loss"]
+
+
+def test_lora_leaves_every_base_weight_bit_for_bit_and_trains_its_adapters(spark, tmp_path, pretrained):
+    base = pretrained("llama")
+    config, _ = staged(spark, fine_tuning(tmp_path, base, lora_rank=4), world_size=1, rows=400)
+    train(dataclasses.replace(config, max_steps=5))
+    trained = torch.load(os.path.join(config.output_dir, MODEL_FILE), weights_only=True)
+    from transformers import AutoModelForCausalLM
+
+    original = AutoModelForCausalLM.from_pretrained(base).state_dict()
+    lora = {name: value for name, value in trained.items() if "lora_" in name}
+    frozen = {name.replace("base_model.model.", "").replace(".base_layer", ""): value
+              for name, value in trained.items() if "lora_" not in name}
+    assert frozen.keys() == original.keys() and all(torch.equal(frozen[name], original[name]) for name in original)
+    assert len(lora) == 2 * 7 * 2  # A and B of the 7 projections of 2 layers
+    assert all(float(value.abs().max()) > 0 for name, value in lora.items() if "lora_B" in name)  # B starts at 0
+
+
+def test_a_lora_checkpoint_holds_the_adapters_not_the_frozen_base(spark, tmp_path, pretrained):
+    config, _ = staged(spark, fine_tuning(tmp_path, pretrained("llama"), lora_rank=4), world_size=1, rows=400)
+    train(dataclasses.replace(config, max_steps=3))
+    (tag,) = os.listdir(config.checkpoint_dir)
+    state = torch.load(os.path.join(config.checkpoint_dir, tag, "state.pt"), weights_only=True)
+    assert state["model"] and all("lora_" in name for name in state["model"])
+    full = torch.load(os.path.join(config.output_dir, MODEL_FILE), weights_only=True)
+    adapter = sum(value.numel() for value in state["model"].values())
+    assert adapter < 0.2 * sum(value.numel() for value in full.values())
+
+
+def test_supervised_fine_tuning_counts_the_response_s_tokens_only(pretrained):
+    options = fine_tune.Options(base_model=pretrained("gpt2"), max_length=24, packing="pad", **SUPERVISED)
+    rows = pd.DataFrame({"prompt": ["Reverse: red fox", "Reverse: a b c"], "response": ["fox red", "c b a"]})
+    (blocks,) = fine_tune.examples(fine_tune.tokenize(rows, options), {}, options)
+    tokenizer = fine_tune.tokenizer_of(options.base_model)
+    prompt_length = len(tokenizer("Reverse: red fox\n")["input_ids"])
+    response = tokenizer("fox red", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    torch.manual_seed(0)
+    model = fine_tune.build_model({}, options).eval()  # no LoRA dropout: both losses see the same network
+
+    gradients = []
+    for loss_of in (fine_tune.loss, by_hand_on(prompt_length, len(response))):
+        model.zero_grad()
+        loss_of(model, (blocks[:1],)).backward()
+        gradients.append([p.grad.clone() for p in model.parameters() if p.requires_grad])
+    assert all(torch.allclose(ours, theirs, atol=1e-7) for ours, theirs in zip(*gradients))
+    assert int(fine_tune.count((blocks[:1],))) == len(response)
+    # the inputs are the tokens as tokenized: the prompt, then the response (ids with the flag bit cleared)
+    ids = (blocks[0] & 0x7FFF).tolist()
+    assert ids[:prompt_length + len(response)] == tokenizer("Reverse: red fox\n")["input_ids"] + response
+
+
+def by_hand_on(prompt_length: int, response_length: int):
+    """The mean cross-entropy of the response's tokens, given everything before each."""
+    def loss(model, batch):
+        ids = (batch[0] & 0x7FFF).long()
+        logits = model(input_ids=ids[:, :-1]).logits.float()
+        predicted = slice(prompt_length - 1, prompt_length - 1 + response_length)  # position t predicts t + 1
+        return F.cross_entropy(logits[0, predicted], ids[0, prompt_length:prompt_length + response_length])
+    return loss
+
+
+def test_a_vocabulary_past_32768_ids_is_staged_as_uint32_and_read_back_whole(spark, tmp_path, pretrained):
+    from transformers import AutoTokenizer
+
+    folder = str(tmp_path / "large-vocabulary")
+    tokenizer = AutoTokenizer.from_pretrained(pretrained("llama"))
+    tokenizer.add_tokens([f"w{index}" for index in range(40_000)])
+    tokenizer.save_pretrained(folder)
+    options = fine_tune.Options(base_model=folder, max_length=16)
+    rows = pd.DataFrame({"text": [f"w39999 red fox w33000 w{index}" for index in range(120)]})
+    assert fine_tune.tokenize(rows, options).dtype == np.uint32
+    ids = tokenizer("w39999 red fox w33000 w0")["input_ids"]
+    assert max(ids) > 1 << 15
+
+    config = dataclasses.replace(fine_tuning(tmp_path / "run", folder), table=str(tmp_path / "table"))
+    spark.createDataFrame(rows.rename(columns={"text": "o_comment"})).coalesce(1).write.parquet(config.table)
+    from distributed_training.data.staging import stage
+    from distributed_training.task_interface import load_task
+
+    data = stage(spark, load_task(FINE_TUNE), config, world_size=1)
+    assert data.token_dtype == "uint32"
+    (blocks,) = fine_tune.examples(data.shard("train", 0, 1), data.stats, options)
+    staged_ids = (blocks & 0x7FFFFFFF).flatten().tolist()
+    assert blocks.dtype == torch.int32 and max(staged_ids) == max(ids) and ids[1] in staged_ids
+    assert sum(data.stats["token_counts"]) == data.stats["tokens"] and data.stats["token_counts"][ids[1]] > 0
