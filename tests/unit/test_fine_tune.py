@@ -125,3 +125,15 @@ def test_a_vocabulary_past_32768_ids_is_staged_as_uint32_and_read_back_whole(spa
     staged_ids = (blocks & 0x7FFFFFFF).flatten().tolist()
     assert blocks.dtype == torch.int32 and max(staged_ids) == max(ids) and ids[1] in staged_ids
     assert sum(data.stats["token_counts"]) == data.stats["tokens"] and data.stats["token_counts"][ids[1]] > 0
+
+
+def test_a_row_s_score_is_its_mean_loss_as_an_example_of_its_own(pretrained):
+    options = fine_tune.Options(base_model=pretrained("gpt2"), max_length=24, packing="pad", **SUPERVISED)
+    rows = pd.DataFrame({"prompt": ["Reverse: red fox", "Reverse: a b c d"], "response": ["fox red", "d c b a"]})
+    torch.manual_seed(0)
+    model = fine_tune.build_model({}, options).eval()
+    with torch.no_grad():
+        scores = fine_tune.score(model, rows, {}, options)["nll_per_token"]
+        (blocks,) = fine_tune.examples(fine_tune.tokenize(rows, options), {}, options)
+        alone = [float(fine_tune.loss(model, (blocks[row:row + 1],))) for row in range(2)]
+    assert scores.tolist() == pytest.approx(alone, rel=1e-5) and scores[0] != pytest.approx(scores[1])

@@ -314,6 +314,27 @@ def summarize(sums: dict, stats: dict) -> dict:
             "perplexity": math.exp(min(held_out, 700.0)), "test_tokens": int(sums["tokens"])}
 
 
+SCORES = "nll_per_token double"
+
+
+def score(model, rows, stats: dict, options: Options) -> dict:
+    """Each prepared row's mean negative log-likelihood per counted token (nats): its text's, or its response's given
+    its prompt, the first max_length + 1 tokens; lower is likelier."""
+    tokenizer = tokenizer_of(options.base_model)
+    examples = [example_ids(tokenizer, row, options) for row in rows.to_dict("records")]
+    length = min(max(len(ids) for ids, _ in examples), options.max_length + 1)
+    ids = torch.zeros((len(examples), length), dtype=torch.long)
+    counted = torch.zeros((len(examples), length), dtype=torch.bool)
+    for row, (example, skipped) in enumerate(examples):
+        example = example[:length]
+        ids[row, :len(example)] = torch.tensor(example)
+        counted[row, max(skipped, 1):len(example)] = True  # the first token is never a target
+    logits = model(input_ids=ids[:, :-1].to(next(model.parameters()).device), use_cache=False).logits.float()
+    nll = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:].to(logits.device), reduction="none").cpu()
+    targets = counted[:, 1:]
+    return {"nll_per_token": ((nll * targets).sum(1) / targets.sum(1).clamp(min=1)).double().numpy()}
+
+
 def exported_model(model, stats: dict, batch) -> tuple:
     """What MLflow logs: the model (token ids in, logits out) and two held-out sequences of 8 ids as its example."""
     inputs, _ = inputs_and_targets(batch)
