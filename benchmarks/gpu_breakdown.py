@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from distributed_training.data.staged import StagedData
     from distributed_training.task_interface import load_task
     from distributed_training.training import ranks, strategy as strategies
-    from distributed_training.training.loop import ShuffledBatches, adamw, warmup_then_cosine
+    from distributed_training.training.loop import ShuffledBatches, adamw, learning_rate_schedule
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_breakdown", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="the run's config.json")
@@ -46,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         strategy = strategies.create(config, process)
         total_steps = WARM_UP_STEPS + args.steps
         strategy.prepare(task.build_model(data.stats, options),
-                         lambda model: adamw(model, config.learning_rate, config.weight_decay),
-                         warmup_then_cosine(total_steps, config.warmup_fraction))
+                         lambda model: adamw(model, config.learning_rate, config.weight_decay, config.adam_betas,
+                                             task.parameter_groups(model, options)),
+                         learning_rate_schedule(total_steps, config.warmup_fraction, config.lr_schedule,
+                                                config.min_lr_ratio))
         strategy.model.train()
         phases = {"data": 0.0, "forward+backward": 0.0, "optimizer": 0.0}
         for step in range(total_steps):

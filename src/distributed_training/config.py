@@ -20,6 +20,7 @@ TORCH_LOOP_ENGINES = (TORCH_DISTRIBUTOR, DEEPSPEED_ENGINE)  # what --handoff-to-
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OFFLOADS = ("none", "optimizer", "optimizer+weights")
 PARALLELISMS, INIT_MODES = ("ddp", "fsdp2"), ("weights", "full")
+LR_SCHEDULES = ("cosine", "linear", "constant")  # after the warm-up (training/loop.learning_rate_schedule)
 SPARK_ML_APIS, SPARK_ML_MODELS = ("connect", "classic"), ("linear", "gbt", "random_forest")
 DEFAULT_LOCAL_PROCESSES = 2
 LOCAL_RUNS_DIR = os.path.join("build", "local-run")
@@ -67,6 +68,17 @@ def whole_numbers(text: str) -> tuple[int, ...]:
     return tuple(whole(1, 1_000_000)(part) for part in text.split(","))
 
 
+def betas(text: str) -> tuple[float, float]:
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 2 or not all(0 <= value < 1 for value in values):  # nan fails too
+        raise argparse.ArgumentTypeError(f"{text!r} is not two numbers B1,B2, each at least 0 and below 1 (e.g. "
+                                         "0.9,0.999)")
+    return values
+
+
 def json_file(text: str) -> dict:
     """A JSON object read from a file: what --deepspeed-config names (a DeepSpeed config, or `advise --json`)."""
     try:
@@ -112,8 +124,14 @@ class Config:
     batch_size: int = option(64, "examples per step per process", parse=whole(1, 1_000_000))
     learning_rate: float = option(3e-3, "AdamW's peak learning rate", parse=number(0.0, 10.0, low_open=True))
     weight_decay: float = option(0.01, "AdamW's weight decay, on weight matrices only", parse=number(0.0, 1.0))
-    warmup_fraction: float = option(0.05, "share of the optimizer steps spent warming the learning rate up (then a "
-                                    "cosine decay to a tenth)", parse=number(0.0, 0.5))
+    adam_betas: tuple[float, float] = option((0.9, 0.95), "AdamW's decay rates of its gradients' running averages "
+                                             "(fine-tuning often takes 0.9,0.999)", parse=betas, metavar="B1,B2")
+    warmup_fraction: float = option(0.05, "share of the optimizer steps spent warming the learning rate up (then "
+                                    "--lr-schedule)", parse=number(0.0, 0.5))
+    lr_schedule: str = option("cosine", "the learning rate after the warm-up: a cosine or linear decay to "
+                              "--min-lr-ratio at the last step, or constant at the peak", choices=LR_SCHEDULES)
+    min_lr_ratio: float = option(0.1, "the floor a decay ends on, as a share of the peak learning rate",
+                                 parse=number(0.0, 1.0), metavar="F")
     grad_clip: float = option(1.0, "clip the gradients' global norm to this (0: no clipping)", parse=number(0.0, 1e6))
     precision: str = option("auto", "mixed precision (auto: bf16, fp16 on older GPUs, fp32 on CPU)", choices=PRECISIONS)
     grad_accumulation: int = option(1, "micro-batches per optimizer step", parse=whole(1, 100_000), metavar="K")
@@ -349,7 +367,9 @@ def from_json(content: Any, source: str) -> Config:
         raise ValueError(f"{source} has unknown fields {', '.join(unknown)}: it was written by another version of "
                          "this package; run `train --handoff-to-torchrun` again with this one")
     task = load_task(content["task"])
-    return Config(**{**content, "task_options": task_options(task, content["task_options"])})
+    tuples = {spec.name: tuple(content[spec.name]) for spec in fields(Config)
+              if isinstance(spec.default, tuple) and spec.name in content}  # JSON's lists
+    return Config(**{**content, **tuples, "task_options": task_options(task, content["task_options"])})
 
 
 def task_options(task, values: dict):

@@ -101,6 +101,13 @@ class LoadedTask(_TaskParts):
     def blocks(self, model) -> list:
         return self.module.blocks(model) if self.has_blocks else [model]
 
+    # Optional, for a learning rate per group of parameters (LoRA+ gives the adapters' B matrices a larger one).
+    # parameter_groups(model, options): a list of {"params": [...], "lr_scale": float (default 1)}, each group trained
+    # at lr_scale times the schedule's rate, together every trainable parameter of `model` (as the strategy holds it:
+    # FSDP2's are sharded); weight decay falls on each group's matrices only. Without it: None, one group of them all.
+    def parameter_groups(self, model, options) -> list[dict] | None:
+        return self.module.parameter_groups(model, options) if hasattr(self.module, "parameter_groups") else None
+
 
 class TaskError(ValueError):
     """The task module cannot be used: it is missing or does not import, lacks a name, or breaks the seam's contract."""

@@ -133,11 +133,15 @@ def test_init_from_a_checkpoint_of_another_task_is_refused_before_spark(tmp_path
 
 @pytest.mark.parametrize("option, value, difference", [
     ("--learning-rate", "0.01", "learning_rate: 0.003 -> 0.01"), ("--weight-decay", "0.1", "weight_decay: 0.01 -> 0.1"),
-    ("--warmup-fraction", "0.2", "warmup_fraction: 0.05 -> 0.2"), ("--grad-clip", "0", "grad_clip: 1.0 -> 0.0")])
+    ("--warmup-fraction", "0.2", "warmup_fraction: 0.05 -> 0.2"), ("--grad-clip", "0", "grad_clip: 1.0 -> 0.0"),
+    ("--lr-schedule", "linear", "lr_schedule: 'cosine' -> 'linear'"),
+    ("--min-lr-ratio", "0", "min_lr_ratio: 0.1 -> 0.0"),
+    ("--adam-betas", "0.9,0.999", "adam_betas: [0.9, 0.95] -> [0.9, 0.999]")])
 def test_a_resume_with_other_optimizer_settings_is_refused_before_spark(tmp_path, capsys, no_spark_starts, option,
                                                                         value, difference):
-    """The checkpoint's optimizer state and schedule are that run's: another rate, decay, warm-up or clipping would
-    go on along a schedule neither run has; a new run from its weights (--init-from) can take other settings."""
+    """The checkpoint's optimizer state and schedule are that run's: another rate, decay, warm-up, schedule, floor or
+    clipping would go on along a schedule neither run has (other betas would not even apply: the optimizer's saved
+    state brings the old ones back); a new run from its weights (--init-from) can take other settings."""
     output_dir = tmp_path / "run"
     checkpoint_of(output_dir, 20, TRAIN)
     assert launch.main([*TRAIN, "--output-dir", str(output_dir), option, value]) == 1

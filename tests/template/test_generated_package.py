@@ -20,7 +20,7 @@ TASKS = ("fare_regression", "causal_lm")
 # The tooling's folder (validate, run, advise, the template's answers) and the built-in tasks (the chosen one is
 # task.py). Never in a project (it gets the tooling from its `test` extra).
 GENERATION_ONLY = ("tooling", "tasks")
-MAX_LINES = 3_000
+MAX_LINES = 3_037  # 3,000, and 37 for the optimizer's and schedule's options (issue 37 allows up to 3,400)
 
 
 def package_of(project: Path) -> Path:

@@ -7,18 +7,24 @@ from __future__ import annotations
 import pickle
 import random
 import socket
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing
 
+from distributed_training.config import Config
 from distributed_training.training import ranks
 from distributed_training.training.checkpoints import Checkpoints, DamagedCheckpoint, complete_steps, tag_of
 from distributed_training.training.loop import adamw
 from distributed_training.training.strategy import DataParallel, FullyShardedDataParallel, checkpoint_weights
 
 REFERENCE = "weights.pt"  # beside the checkpoints: the model's whole weights at the last one, as the run had them
+
+
+def adamw_of(model, learning_rate=1e-3):
+    return adamw(model, learning_rate, 0.0, Config.adam_betas)
 
 
 class Blocks(torch.nn.Module):
@@ -42,7 +48,7 @@ def save_two_sharded_checkpoints(rank: int, port: int, folder: str) -> None:
     process = ranks.start(use_gpu=False)
     torch.manual_seed(0)
     strategy = FullyShardedDataParallel(process, "fp32", grad_clip=1.0)
-    strategy.prepare(Blocks(), lambda model: adamw(model, 1e-2, 0.0), lambda step: 1.0)
+    strategy.prepare(Blocks(), partial(adamw_of, learning_rate=1e-2), lambda step: 1.0)
     checkpoints = Checkpoints(folder, process, keep=2, run_identity={}, log=lambda *_: None)
     for step in (1, 2):
         features = torch.randn(16, 8, generator=torch.Generator().manual_seed(rank))
@@ -145,7 +151,7 @@ def two_checkpoints(folder: Path, process) -> Checkpoints:
     checkpoints = Checkpoints(str(folder), process, keep=3, run_identity={"world_size": 1}, log=print)
     for step in (1, 2):
         strategy = DataParallel(process, "fp32", grad_clip=1.0)
-        strategy.prepare(torch.nn.Linear(1, 1, bias=False), lambda model: adamw(model, 1e-3, 0.0), lambda step: 1.0)
+        strategy.prepare(torch.nn.Linear(1, 1, bias=False), adamw_of, lambda step: 1.0)
         torch.nn.init.constant_(strategy.module.weight, float(step))
         checkpoints.save(strategy, step, {})
     return checkpoints
@@ -162,7 +168,7 @@ def test_a_resume_names_the_damaged_file_and_takes_the_checkpoint_before_it(tmp_
     damage(tmp_path / tag_of(2) / file)
     capsys.readouterr()
     strategy = DataParallel(single_process, "fp32", grad_clip=1.0)
-    strategy.prepare(torch.nn.Linear(1, 1, bias=False), lambda model: adamw(model, 1e-3, 0.0), lambda step: 1.0)
+    strategy.prepare(torch.nn.Linear(1, 1, bias=False), adamw_of, lambda step: 1.0)
     assert checkpoints.resume(strategy)["step"] == 1 and float(strategy.module.weight) == 1.0
     assert capsys.readouterr().out.splitlines() == [
         f"warning: rank 0 cannot load {tmp_path / tag_of(2)}: {tmp_path / tag_of(2) / file} {PROBLEMS[damage]}: "

@@ -53,6 +53,30 @@ def test_the_run_s_config_reads_back_the_same_from_json(tmp_path):
         configuration.from_json([1, 2], "config.json")
 
 
+def test_the_optimizer_s_options_read_back_the_same_and_default_to_pre_training_s(tmp_path):
+    default = configuration.from_args([*TRAIN, "--local"])
+    assert (default.adam_betas, default.lr_schedule, default.min_lr_ratio) == ((0.9, 0.95), "cosine", 0.1)
+    config = configuration.from_args([*TRAIN, "--local", "--adam-betas", "0.9,0.999", "--lr-schedule", "linear",
+                                      "--min-lr-ratio", "0", "--output-dir", str(tmp_path)])
+    assert (config.adam_betas, config.lr_schedule, config.min_lr_ratio) == ((0.9, 0.999), "linear", 0.0)
+    assert configuration.from_json(json.loads(json.dumps(configuration.to_json(config))), "config.json") == config
+
+
+BETAS_REFUSED = "is not two numbers B1,B2, each at least 0 and below 1 (e.g. 0.9,0.999)"
+
+
+@pytest.mark.parametrize("option, value, message", [
+    *(("--adam-betas", betas, f"{betas!r} {BETAS_REFUSED}") for betas in ("0.9", "0.9,0.95,0.99", "0.9,1", "0.9,-0.1",
+                                                                         "0.9,nan", "0.9;0.95", "")),
+    ("--lr-schedule", "step", "invalid choice: 'step'"),  # argparse lists the choices
+    ("--min-lr-ratio", "1.5", "1.5 must be a finite number at least 0 and at most 1"),
+    ("--min-lr-ratio", "-0.1", "-0.1 must be a finite number at least 0 and at most 1")])
+def test_an_optimizer_option_out_of_its_range_is_refused_naming_it(capsys, option, value, message):
+    with pytest.raises(SystemExit):
+        configuration.from_args([*TRAIN, "--local", option, value])
+    assert f"argument {option}: {message}" in capsys.readouterr().err
+
+
 def test_a_folder_in_use_is_refused_at_once_and_freed_when_its_run_ends(tmp_path):
     with held(str(tmp_path)):
         with pytest.raises(FolderInUse, match="in use by another training run \\(pid .*own --output-dir"):

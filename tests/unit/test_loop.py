@@ -1,5 +1,6 @@
-"""The loop's own pieces on one process: the learning-rate schedule, AdamW's groups, the batches, checkpoints that a
-rerun can trust, a resumed run that ends where an uninterrupted one does, and a loss that becomes NaN."""
+"""The loop's own pieces on one process: the learning-rate schedules, AdamW's groups and options, the batches,
+checkpoints that a rerun can trust, a resumed run that ends where an uninterrupted one does, and a loss that becomes
+NaN."""
 
 from __future__ import annotations
 
@@ -7,22 +8,25 @@ import copy
 import dataclasses
 import gc
 import json
+import sys
 
 import pytest
 import torch
 
+from distributed_training.config import LR_SCHEDULES, Config
 from distributed_training.data.staging import stage
 from distributed_training.files import write_atomically
-from distributed_training.task_interface import load_task
+from distributed_training.task_interface import TaskError, load_task
 from distributed_training.training import ranks
 from distributed_training.training import loop
 from distributed_training.training.checkpoints import Checkpoints, complete_steps, tag_of
-from distributed_training.training.loop import NonFiniteLoss, ShuffledBatches, adamw, train, warmup_then_cosine
+from distributed_training.training.loop import NonFiniteLoss, ShuffledBatches, adamw, learning_rate_schedule, train
 from distributed_training.training.strategy import DataParallel, checkpoint_weights
 
 from support.runs import DROPOUT_FARES, FARE, LANGUAGE, resolved_config, staged
 
 IDENTITY = {"source": "test", "world_size": 1}
+BETAS = Config.adam_betas
 
 
 @pytest.fixture
@@ -32,16 +36,32 @@ def single_process(monkeypatch):
     return ranks.start(use_gpu=False)
 
 
+@pytest.mark.parametrize("shape", LR_SCHEDULES)
 @pytest.mark.parametrize("updates", [2, 3, 7, 20, 100, 1001])
 @pytest.mark.parametrize("warmup_fraction", [0.0, 0.05, 0.1, 0.5])
-def test_the_schedule_peaks_at_the_end_of_warm_up_and_ends_on_the_floor(updates, warmup_fraction):
-    multiplier = warmup_then_cosine(updates=updates, warmup_fraction=warmup_fraction)
+def test_the_schedule_peaks_at_the_end_of_warm_up_and_ends_on_the_floor(updates, warmup_fraction, shape):
+    multiplier = learning_rate_schedule(updates, warmup_fraction, shape, floor=0.1)
     values = [multiplier(step) for step in range(updates)]  # the rate of each update the run takes
     warmup = int(updates * warmup_fraction)
     assert max(values) <= 1.0 and values[max(warmup - 1, 0)] == 1.0
-    assert values[-1] == pytest.approx(0.1, abs=1e-12)  # the last update's rate is the floor
+    # the last update's rate is the floor (a constant schedule's is the peak's)
+    assert values[-1] == pytest.approx(1.0 if shape == "constant" else 0.1, abs=1e-12)
     assert all(later <= earlier + 1e-12 for earlier, later in zip(values[warmup:], values[warmup + 1:]))
     assert all(earlier < later for earlier, later in zip(values[:warmup], values[1:warmup]))  # warm-up only climbs
+
+
+@pytest.mark.parametrize("shape, after_warm_up", [
+    ("cosine", [1.0, 0.96955, 0.88284, 0.75307, 0.6, 0.44693, 0.31716, 0.23045, 0.2]),
+    ("linear", [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]),
+    ("constant", [1.0] * 9)])
+def test_each_schedule_s_rate_at_every_update(shape, after_warm_up):
+    """12 updates, 3 of warm-up up to the peak, a floor of 0.2: the decay goes from the peak at update 3 down to the
+    floor at update 11, halfway at its midpoint, update 7; cosine's k-th: 0.2 + 0.4 (1 + cos(pi k / 8))."""
+    multiplier = learning_rate_schedule(12, 0.25, shape, floor=0.2)
+    assert [multiplier(step) for step in range(12)] == pytest.approx([1 / 3, 2 / 3, 1.0, *after_warm_up], abs=5e-6)
+    assert multiplier(2) == multiplier(3) == 1.0 and multiplier(12) == multiplier(11)  # past the end: the last rate
+    if shape == "linear":
+        assert multiplier(7) == pytest.approx(0.6, abs=1e-15)
 
 
 @pytest.mark.parametrize("accumulation, max_steps, expected", [(1, None, 3 * 25), (2, None, 3 * 12), (2, 10, 10),
@@ -88,7 +108,8 @@ def test_an_update_s_gradient_is_the_mean_over_every_item_of_its_window(spark, t
 def test_a_checkpoint_s_keys_are_the_plain_model_s_whether_compiled_or_not(tmp_path, single_process):
     plain = strategy_with_weights(single_process, 2.0)
     compiled = DataParallel(single_process, "fp32", grad_clip=1.0)
-    compiled.prepare(torch.compile(torch.nn.Linear(2, 1)), lambda model: adamw(model, 1e-3, 0.0), lambda step: 1.0)
+    compiled.prepare(torch.compile(torch.nn.Linear(2, 1)), lambda model: adamw(model, 1e-3, 0.0, BETAS),
+                     lambda step: 1.0)
     assert all(name.startswith("_orig_mod.") for name in compiled.module.state_dict())  # what compile does
     compiled.save(str(tmp_path), "compiled")
     assert set(checkpoint_weights(str(tmp_path), "compiled")) == {"weight", "bias"}
@@ -111,7 +132,7 @@ def test_a_longer_budget_on_resume_continues_on_the_longer_schedule(spark, tmp_p
     rates.clear()
     longer = train(dataclasses.replace(config, max_steps=12))
     assert longer["resumed_from_step"] == 6 and longer["step"] == 12 and len(rates) == 6
-    schedule = warmup_then_cosine(12, 0.2)
+    schedule = learning_rate_schedule(12, 0.2, "cosine", config.min_lr_ratio)
     assert rates == pytest.approx([config.learning_rate * schedule(step) for step in range(6, 12)], rel=1e-9)
     assert rates[0] > 0.1 * config.learning_rate
 
@@ -191,8 +212,47 @@ def test_the_run_and_its_model_are_freed_before_the_process_group_stops(spark, t
 
 def test_weight_decay_falls_on_matrices_only():
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
-    groups = adamw(model, 1e-3, 0.1).param_groups
-    assert [(len(group["params"]), group["weight_decay"]) for group in groups] == [(1, 0.1), (3, 0.0)]
+    groups = adamw(model, 1e-3, 0.1, (0.8, 0.99)).param_groups
+    assert [(len(group["params"]), group["weight_decay"], group["lr"], group["betas"]) for group in groups] == [
+        (1, 0.1, 1e-3, (0.8, 0.99)), (3, 0.0, 1e-3, (0.8, 0.99))]
+
+
+def test_a_task_s_parameter_groups_get_their_own_rates_and_decay_on_their_matrices_only():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+    model[0].bias.requires_grad_(False)  # frozen: in no group of the optimizer's
+    groups = [{"params": list(model[0].parameters()), "lr_scale": 1.0},
+              {"params": list(model[1].parameters()), "lr_scale": 16.0}]
+    made = adamw(model, 1e-3, 0.1, BETAS, groups).param_groups
+    assert [([tuple(p.shape) for p in group["params"]], group["weight_decay"], group["lr"]) for group in made] == [
+        ([(4, 3)], 0.1, 1e-3), ([(1, 4)], 0.1, 16e-3), ([(1,)], 0.0, 16e-3)]
+    with pytest.raises(TaskError, match="parameter_groups leave 1 trainable parameter\\(s\\) of the model out"):
+        adamw(model, 1e-3, 0.1, BETAS, groups[:1] + [{"params": [model[1].weight], "lr_scale": 16.0}])
+
+
+def test_the_optimizer_options_and_the_task_s_groups_reach_every_update(spark, tmp_path, single_process,
+                                                                         monkeypatch):
+    """--adam-betas, --lr-schedule and --min-lr-ratio in a run, and a task's parameter_groups: the head at 4 times
+    the rate; the rate reported is --learning-rate's at that point of the schedule."""
+    config, _ = staged(spark, resolved_config(tmp_path, FARE, processes=1, max_steps=5, warmup_fraction=0.2,
+                                              adam_betas=(0.8, 0.99), lr_schedule="linear", min_lr_ratio=0.0),
+                       world_size=1, rows=400)
+
+    def head_at_four_times_the_rate(model, options):
+        head = list(model.layers[-1].parameters())
+        return [{"params": [p for p in model.parameters() if all(p is not own for own in head)]},
+                {"params": head, "lr_scale": 4.0}]
+
+    monkeypatch.setattr(sys.modules[FARE], "parameter_groups", head_at_four_times_the_rate, raising=False)
+    seen = []
+    real_update = loop.update
+    monkeypatch.setattr(loop, "update", lambda task, strategy, *rest: (seen.append(
+        (strategy.learning_rate, [(group["lr"], group["betas"]) for group in strategy.optimizer.param_groups])),
+        real_update(task, strategy, *rest))[1])
+    assert train(config)["step"] == 5
+    rate = config.learning_rate
+    assert [reported for reported, _ in seen] == pytest.approx([rate, rate, rate * 2 / 3, rate / 3, 0.0], abs=1e-15)
+    reported, groups = seen[2]
+    assert groups == [(reported, (0.8, 0.99))] * 2 + [(4 * reported, (0.8, 0.99))] * 2  # matrices, then the rest
 
 
 def test_batches_cover_every_example_once_an_epoch_in_an_order_the_epoch_decides():
@@ -210,7 +270,7 @@ def test_batches_cover_every_example_once_an_epoch_in_an_order_the_epoch_decides
 
 def strategy_with_weights(process, value):
     strategy = DataParallel(process, "fp32", grad_clip=1.0)
-    strategy.prepare(torch.nn.Linear(2, 1), lambda model: adamw(model, 1e-3, 0.0), lambda step: 1.0)
+    strategy.prepare(torch.nn.Linear(2, 1), lambda model: adamw(model, 1e-3, 0.0, BETAS), lambda step: 1.0)
     with torch.no_grad():
         for parameter in strategy.module.parameters():
             parameter.fill_(value)

@@ -65,12 +65,14 @@ def complete_steps(directory: str) -> list[int]:
 
 def options_identity(config) -> dict:
     """The part of a run's identity that its options decide (JSON types: compared after a round trip)."""
-    # the optimizer's settings too: a resume with others would go on along a schedule neither run has
+    # the optimizer's settings too: a resume with another schedule or floor would go on along a schedule neither run
+    # has, and one with other betas would not even get them (the optimizer's saved state brings the old ones back)
     return {"task": config.task, "task_options": json.loads(json.dumps(asdict(config.task_options))),
             "engine": config.engine, "parallelism": config.parallelism, "seed": config.seed,
             "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation,
             "learning_rate": config.learning_rate, "weight_decay": config.weight_decay,
-            "warmup_fraction": config.warmup_fraction, "grad_clip": config.grad_clip}
+            "adam_betas": list(config.adam_betas), "warmup_fraction": config.warmup_fraction,
+            "lr_schedule": config.lr_schedule, "min_lr_ratio": config.min_lr_ratio, "grad_clip": config.grad_clip}
 
 
 def refusal_to_resume(config) -> str | None:

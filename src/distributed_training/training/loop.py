@@ -17,7 +17,7 @@ from ..config import Config
 from ..data.staged import StagedData
 from ..files import write_atomically, write_json
 from ..run_folder import METRICS_FILE, MODEL_FILE
-from ..task_interface import check_examples, check_metrics, load_task
+from ..task_interface import TaskError, check_examples, check_metrics, load_task
 from . import ranks, strategy as strategies
 from .checkpoints import Checkpoints, complete_steps, named_checkpoint, options_identity
 from .throughput import StepMeter
@@ -86,8 +86,10 @@ class Training:
             # fraction of the compiling), and under FSDP2 it runs between the hooks that gather and free its weights.
             for part in task.blocks(model):
                 part.compile()
-        strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay),
-                         warmup_then_cosine(plan.updates, config.warmup_fraction))
+        strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay, config.adam_betas,
+                                                    task.parameter_groups(model, config.task_options)),
+                         learning_rate_schedule(plan.updates, config.warmup_fraction, config.lr_schedule,
+                                                config.min_lr_ratio))
         self.held_out_scores = partial(evaluate, task, strategy, self.held_out, data.stats, process)  # (most_batches)
         # The task's metrics checked on one held-out batch before the first step, not after the first epoch: a forward
         # pass in eval mode, so the weights and the random numbers of training stay as they were.
@@ -326,25 +328,37 @@ def load_weights(model: torch.nn.Module, weights: dict, source: str) -> None:
     model.load_state_dict(weights, strict=False)
 
 
-def adamw(model: torch.nn.Module, learning_rate: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW with weight decay on the weight matrices only (not on biases, norms' gains or 1-d parameters)."""
-    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
-    groups = [{"params": [p for p in parameters if p.dim() >= 2], "weight_decay": weight_decay},
-              {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW([group for group in groups if group["params"]], lr=learning_rate, betas=(0.9, 0.95))
+def adamw(model: torch.nn.Module, learning_rate: float, weight_decay: float, betas: tuple[float, float],
+          groups: list[dict] | None = None) -> torch.optim.Optimizer:
+    """AdamW over the task's parameter groups (task_interface.LoadedTask.parameter_groups; None: one of every trainable
+    parameter), each at its lr_scale times the rate, with weight decay on the weight matrices only (not on biases,
+    norms' gains or 1-d parameters)."""
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    groups = groups or [{"params": trainable}]
+    if left_out := len({id(p) for p in trainable} - {id(p) for group in groups for p in group["params"]}):
+        raise TaskError(f"the task's parameter_groups leave {left_out} trainable parameter(s) of the model out, which "
+                        "would never train: put each in a group, or freeze it (requires_grad False)")
+    split = [{"params": [p for p in group["params"] if p.requires_grad and (p.dim() >= 2) == decays],
+              "weight_decay": weight_decay if decays else 0.0, "lr_scale": group.get("lr_scale", 1.0),
+              "lr": learning_rate * group.get("lr_scale", 1.0)} for group in groups for decays in (True, False)]
+    return torch.optim.AdamW([group for group in split if group["params"]], lr=learning_rate, betas=betas)
 
 
-def warmup_then_cosine(updates: int, warmup_fraction: float, floor: float = 0.1):
+def learning_rate_schedule(updates: int, warmup_fraction: float, shape: str, floor: float):
     """The learning rate's multiplier for the update after `step` updates: a linear warm-up whose last update has the
-    peak rate, then a cosine decay whose last update (the run's: `updates - 1`) has the `floor`. Never above 1."""
+    peak rate, then by `shape` (config.LR_SCHEDULES) a cosine or linear decay whose last update (the run's:
+    `updates - 1`) has the `floor`, or the peak to the end (constant). Never above 1."""
     warmup = int(updates * warmup_fraction)
 
     def multiplier(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
+        if shape == "constant":
+            return 1.0
         decay = updates - 1 - warmup  # updates after the first of the decay
         progress = min((step - warmup) / decay, 1.0) if decay > 0 else 1.0
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+        left = 0.5 * (1 + math.cos(math.pi * progress)) if shape == "cosine" else 1 - progress  # of the fall to come
+        return floor + (1 - floor) * left
 
     return multiplier
 
@@ -405,8 +419,9 @@ def evaluate(task, strategy, held_out: tuple, stats: dict, process: ranks.Proces
 
 
 def params(config: Config, data: StagedData, process: ranks.Process, per_rank: int, strategy) -> dict:
-    options = ("epochs", "max_steps", "batch_size", "grad_accumulation", "learning_rate", "weight_decay",
-               "warmup_fraction", "grad_clip", "seed", "compile", "activation_checkpointing", "parallelism")
+    options = ("epochs", "max_steps", "batch_size", "grad_accumulation", "learning_rate", "weight_decay", "adam_betas",
+               "warmup_fraction", "lr_schedule", "min_lr_ratio", "grad_clip", "seed", "compile",
+               "activation_checkpointing", "parallelism")
     return {"task": config.task, "engine": config.engine, "source": data.source, "output_dir": config.output_dir,
             "train_examples": per_rank * process.world_size, "test_rows": data.test_rows,
             "world_size": process.world_size, "device": process.device.type, "precision": config.precision,

@@ -48,8 +48,9 @@ class Strategy:
 
     @property
     def learning_rate(self) -> float:
-        """The rate the next update uses."""
-        return self.scheduler.optimizer.param_groups[0]["lr"]
+        """The rate the next update uses (a parameter group's own is its lr_scale times this: loop.adamw)."""
+        group = self.scheduler.optimizer.param_groups[0]
+        return group["lr"] / group.get("lr_scale", 1.0)
 
 
 class DataParallel(Strategy):
