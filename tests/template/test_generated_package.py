@@ -20,7 +20,8 @@ TASKS = ("fare_regression", "causal_lm")
 # The tooling's folder (validate, run, advise, the template's answers) and the built-in tasks (the chosen one is
 # task.py). Never in a project (it gets the tooling from its `test` extra).
 GENERATION_ONLY = ("tooling", "tasks")
-MAX_LINES = 3_037  # 3,000, and 37 for the optimizer's and schedule's options (issue 37 allows up to 3,400)
+MAX_LINES = 3_059  # 3,000; 37 for the optimizer's and schedule's options, 22 for the starting model's evaluation and
+# checkpoints without frozen parameters (issue 37 allows up to 3,400 for what every task gains)
 
 
 def package_of(project: Path) -> Path:
