@@ -107,11 +107,20 @@ def ranks_train(rank: int, world_size: int, config, steps: int, per_rank: int, p
         task, stats = load_task(config.task), StagedData.load(config.staging_dir).stats
         held_out = evaluate(task, strategy, rank_examples(config, rank, world_size, "test"), stats, process)
         updates = strategy.model.global_steps if config.engine == "deepspeed" else None
-        torch.save({"weights": strategy.full_state_dict(), "held_out": held_out, "reductions": dict(reductions or {}),
+        torch.save({"weights": own_weights(strategy), "held_out": held_out, "reductions": dict(reductions or {}),
                     "norms": norms, "deepspeed_updates": updates}, os.path.join(results, f"rank-{rank}.pt"))
     finally:
         ranks.stop(process)
     ranks.leave_now()  # the result is on disk
+
+
+def own_weights(strategy) -> dict:
+    """This rank's own copy of the weights where every rank holds them whole, DDP and ZeRO 1 and 2 (full_state_dict
+    gives them to rank 0 alone); under FSDP2 and ZeRO 3, the whole weights on rank 0."""
+    partitioned = getattr(strategy.model, "zero_optimization_partition_weights", lambda: False)()
+    if isinstance(strategy, strategies.FullyShardedDataParallel) or partitioned:
+        return strategy.full_state_dict()
+    return {name: value.detach().float().cpu() for name, value in strategy.module.state_dict().items()}
 
 
 def single_process() -> ranks.Process:

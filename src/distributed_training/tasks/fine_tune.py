@@ -233,12 +233,16 @@ def target_nll(model, batch):
 
 def build_model(stats: dict, options: Options):
     """The base model in float32 (the loop's precision autocasts), with LoRA adapters where --lora-rank > 0."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging
 
     logging.disable_progress_bar()  # a bar a rank, each loading the same weights
     try:
-        model = AutoModelForCausalLM.from_pretrained(options.base_model, dtype=torch.float32)
+        if torch.get_default_device().type == "meta":  # the structure alone: rank 0's weights fill it (the loop)
+            config = AutoConfig.from_pretrained(options.base_model)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(options.base_model, dtype=torch.float32)
     except OSError as error:
         raise ValueError(f"cannot load --base-model {options.base_model!r} ({str(error).splitlines()[0]}): pass a "
                          "folder in Hugging Face format (config.json and the weights)") from None
@@ -335,11 +339,22 @@ def score(model, rows, stats: dict, options: Options) -> dict:
     return {"nll_per_token": ((nll * targets).sum(1) / targets.sum(1).clamp(min=1)).double().numpy()}
 
 
+class NextTokenLogits(torch.nn.Module if torch else object):
+    """The model as MLflow's pytorch flavour logs it: token ids in, the next token's logits out (one tensor)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
 def exported_model(model, stats: dict, batch) -> tuple:
     """What MLflow logs: the model (token ids in, logits out) and two held-out sequences of 8 ids as its example."""
     inputs, _ = inputs_and_targets(batch)
     example = inputs[:2, :8] if len(inputs) >= 2 else torch.zeros((2, 8), dtype=torch.long)
-    return model.eval(), example.cpu().numpy()
+    return NextTokenLogits(model).eval(), example.cpu().numpy()
 
 
 # ---------------------------------------------------------------- a small model, to try the task without a download

@@ -59,6 +59,8 @@ class DeepSpeed(Strategy):
             raise FileNotFoundError(f"DeepSpeed found no checkpoint {tag} in {directory}")
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        state = ((self.model._zero3_consolidated_16bit_state_dict() or {})  # ZeRO 3: each rank holds a slice of each
-                 if self.model.zero_optimization_partition_weights() else unwrapped(self.module).state_dict())
+        if self.model.zero_optimization_partition_weights():  # ZeRO 3: each rank holds a slice of each; rank 0 gets
+            state = self.model._zero3_consolidated_16bit_state_dict() or {}  # them whole
+        else:
+            state = unwrapped(self.module).state_dict() if self.process.is_main else {}
         return {name: value.detach().float().cpu() for name, value in state.items()}

@@ -71,7 +71,7 @@ class Training:
         self.plan = plan = Plan.of(config, len(self.batches), per_rank)
 
         self.strategy = strategy = strategies.create(config, process)
-        model = task.build_model(data.stats, config.task_options)
+        model = ranks.built_on_main(process, partial(task.build_model, data.stats, config.task_options))
         # --init-from: a new run starts from an earlier run's checkpoint; a rerun of this run resumes its own instead.
         own = complete_steps(config.checkpoint_dir) if config.resume else []
         source = named_checkpoint(config.init_from) if config.init_from and not own else None

@@ -1,6 +1,7 @@
 """Where this process sits in a distributed run, read from the RANK, WORLD_SIZE and LOCAL_RANK every launcher sets (a
 lone process is rank 0 of a world of one, without a group), and the collectives the loop uses across the ranks."""
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -67,6 +68,27 @@ def leave_now() -> None:
 def barrier(process: Process) -> None:
     if process.distributed:
         dist.barrier()
+
+
+def built_on_main(process: Process, build):
+    """The module `build()` makes, built (a pretrained one loaded) on rank 0 alone and on the meta device elsewhere,
+    then rank 0's parameters and buffers sent to every rank, on its device: one copy in CPU memory a job, not a rank."""
+    # Building draws random numbers on rank 0 only (initial weights): every rank's stream stays where it was.
+    with torch.random.fork_rng(devices=[]), torch.device("meta") if not process.is_main else contextlib.nullcontext():
+        module = build()
+    if not process.distributed:
+        return module
+    tied = {}  # to_empty gives each module its own parameter: the tied ones are tied again after it
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        tied.setdefault(id(parameter), []).append(name)
+    module = module.to(process.device) if process.is_main else module.to_empty(device=process.device)
+    for first, *others in tied.values():
+        for name in others:
+            owner, _, attribute = name.rpartition(".")
+            setattr(module.get_submodule(owner), attribute, module.get_parameter(first))
+    for tensor in [*module.parameters(), *module.buffers()]:
+        torch.distributed.broadcast(tensor.detach(), src=0)
+    return module
 
 
 def sum_over_ranks(process: Process, *values: float) -> list[float]:

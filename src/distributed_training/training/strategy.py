@@ -108,7 +108,10 @@ class DataParallel(Strategy):
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:  # float32 on the CPU (every rank calls it)
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's float32 weights on the CPU, on rank 0 (every rank calls it; the others get nothing)."""
+        if not self.process.is_main:
+            return {}
         return {name: value.detach().float().cpu() for name, value in unwrapped(self.module).state_dict().items()}
 
 
