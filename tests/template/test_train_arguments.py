@@ -43,8 +43,8 @@ def test_the_fine_tuning_task_s_base_model_left_behind_by_another_task_py_is_nam
     [error] = [finding for finding in findings(project) if finding.is_error]
     assert (error.rule, error.path) == (
         "unknown-train-option", "resources.jobs.train_torch_distributor.tasks[0].python_wheel_task.parameters[4]")
-    assert error.message == ("job train_torch_distributor passes --base-model to train, which this project's train does "
-                             "not take (its task.py has no such option: the fine_tune task's, left behind)")
+    assert error.message == ("job train_torch_distributor passes --base-model to train, which this project's train "
+                             "does not take (its task.py has no such option: the fine_tune task's, left behind)")
     assert error.fix.startswith("remove '--base-model' and its value from the job's parameters, and the bundle "
                                 "variable base_model from databricks.yml")
     assert [finding.rule for finding in findings(project) if finding.rule == "empty-base-model"] == []

@@ -45,5 +45,6 @@ shutil.rmtree("examples")  # bring-your-own-model: a task for the loop, which a 
 Path("tests/test_bring_your_own_model.py").unlink()
 {%- else %}
 # bring-your-own-model: an example of the chosen task's kind (a language model for the tasks on text)
-Path("examples/{{ 'trip_classifier' if cookiecutter.task in ('causal_lm', 'fine_tune') else 'recurrent_language_model' }}.py").unlink()
+{%- set on_text = cookiecutter.task in ("causal_lm", "fine_tune") %}
+Path("examples/{{ 'trip_classifier' if on_text else 'recurrent_language_model' }}.py").unlink()
 {%- endif %}
