@@ -224,6 +224,7 @@ class BundleAnswers(Extension):
             chosen_engines=answers.chosen_engines,
             torch_engines=answers.torch_engines,
             train_arguments=answers.train_arguments,
+            task_packages=answers.task_packages,
             gpus_per_node=cluster_specs.gpus_per_node,
             connect_version=cluster_specs.databricks_connect_version,
             tool_requirement=tool_requirement,

@@ -16,7 +16,7 @@ from distributed_training.tooling.bundle.wheel_tasks import read_pyproject
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 SHARED = REPOSITORY / "src" / "distributed_training"
-TASKS = ("fare_regression", "causal_lm")
+TASKS = ("fare_regression", "causal_lm", "fine_tune")
 # The tooling's folder (validate, run, advise, the template's answers) and the built-in tasks (the chosen one is
 # task.py). Never in a project (it gets the tooling from its `test` extra).
 GENERATION_ONLY = ("tooling", "tasks")
@@ -95,9 +95,10 @@ def unreachable_modules(project: Path, chosen: tuple[str, ...]) -> list[str]:
 
 def test_projects_that_differ_only_in_task_differ_only_in_task_py(rendered):
     fare = files_of(package_of(rendered(task="fare_regression", engine="all")))
-    language = files_of(package_of(rendered(task="causal_lm", engine="all")))
-    assert set(fare) == set(language)
-    assert [name for name in fare if fare[name] != language[name]] == ["task.py"]
+    for task in TASKS[1:]:
+        other = files_of(package_of(rendered(task=task, engine="all")))
+        assert set(fare) == set(other)
+        assert [name for name in fare if fare[name] != other[name]] == ["task.py"], task
 
 
 @pytest.mark.parametrize("task", TASKS)

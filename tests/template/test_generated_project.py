@@ -1,10 +1,12 @@
 """A generated causal_lm project, committed and cloned to another path (what CI and a teammate get), installed into a
 fresh venv the way its README says, trains with DeepSpeed and (in its own tests) TorchDistributor on local Spark and
-beats the trivial predictor, and passes its own tests.
+beats the trivial predictor, and passes its own tests; and so does a fine_tune project, whose tests fine-tune a small
+model they make (conftest.py).
 
-Slow (minutes): one venv for the module, with torch (a CPU build), the project with its `test` extra (pyspark,
-MLflow, Ray, and the tool: from the wheel generation built into the project's `wheels/`, as the generated README says
-for a project generated from a checkout without a remote), then DeepSpeed built against that torch.
+Slow (minutes): one venv for each project, with torch (a CPU build), the project with its `test` extra (pyspark,
+MLflow, Ray, transformers and peft for fine_tune, and the tool: from the wheel generation built into the project's
+`wheels/`, as the generated README says for a project generated from a checkout without a remote), then for the
+causal_lm project (engine=all) DeepSpeed built against that torch.
 """
 
 from __future__ import annotations
@@ -36,8 +38,18 @@ def run(command, cwd, env=None, timeout=1800):
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory, render_into):
     """(project, its venv's python, the environment to run it in): engine=all, task=causal_lm, installed once."""
-    root = tmp_path_factory.mktemp("generated")
-    generated = render_into(root / "out", engine="all", task="causal_lm")
+    return install(tmp_path_factory.mktemp("generated"), render_into, engine="all", task="causal_lm")
+
+
+@pytest.fixture(scope="module")
+def installed_fine_tune(tmp_path_factory, render_into):
+    """The same for task=fine_tune, with one engine (no DeepSpeed to build)."""
+    return install(tmp_path_factory.mktemp("generated"), render_into, engine="torch_distributor", task="fine_tune")
+
+
+def install(root, render_into, **answers):
+    """The project of these answers, committed, cloned elsewhere and installed into a venv of its own."""
+    generated = render_into(root / "out", **answers)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     for command in (["init", "--quiet"], ["add", "."], ["commit", "--quiet", "-m", "generated"]):
         run([*git, *command], cwd=generated)
@@ -53,7 +65,8 @@ def installed(tmp_path_factory, render_into):
     pip = [python, "-m", "pip", "install", "--quiet"]
     run([*pip, TORCH], cwd=project)  # first, as the README says: a CPU build is enough
     run([*pip, "--find-links", "wheels", "-e", ".[test]"], cwd=project)  # the project's own, committed with it
-    run([*pip, "--no-build-isolation", DEEPSPEED], cwd=project)  # builds against the torch installed above
+    if answers["engine"] in ("deepspeed", "all"):
+        run([*pip, "--no-build-isolation", DEEPSPEED], cwd=project)  # builds against the torch installed above
     env = {key: value for key, value in os.environ.items()
            if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -92,5 +105,18 @@ def test_the_project_passes_its_own_tests(installed):
     for name in ("test_bundle_validates[dev]", "test_bundle_validates[prod]",
                  "test_the_task_trains_and_beats_the_trivial_predictor",
                  "test_a_recurrent_language_model_trains_through_the_same_loop"):  # the causal_lm project's
+        assert f"{name} PASSED" in result.stdout, result.stdout[-3000:]
+    assert " failed" not in result.stdout and " skipped" not in result.stdout
+
+
+def test_a_fine_tuning_project_passes_its_own_tests(installed_fine_tune):
+    """Its tests make a small model (task.py's save_small_model), fine-tune it locally with --base-model and beat the
+    trivial predictor and the base model; its bundle validates (warning that base_model is empty); the worked example
+    (a language model of its own) trains."""
+    project, python, env = installed_fine_tune
+    result = run([python, "-m", "pytest", "-v", "-p", "no:cacheprovider"], cwd=project, env=env, timeout=2400)
+    for name in ("test_bundle_validates[dev]", "test_bundle_validates[prod]",
+                 "test_the_task_trains_and_beats_the_trivial_predictor",
+                 "test_a_recurrent_language_model_trains_through_the_same_loop"):
         assert f"{name} PASSED" in result.stdout, result.stdout[-3000:]
     assert " failed" not in result.stdout and " skipped" not in result.stdout

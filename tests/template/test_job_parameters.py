@@ -22,7 +22,8 @@ ROOT_PATH = "/Workspace/Users/me@example.com/.bundle/my-training/dev"
 VOLUME = "/Volumes/main/default/dev_me_my_training_training"
 # Deploy-time values, as the CLI and the Jobs service would fill them in.
 JOB_RUN = "550315892394120"
-DEPLOYED = {"${var.catalog}": "main", "${var.schema}": "default",
+BASE_MODEL = "/Volumes/main/default/models/Llama-3.2-1B"  # what a target gives the fine-tuning jobs' variable
+DEPLOYED = {"${var.catalog}": "main", "${var.schema}": "default", "${var.base_model}": BASE_MODEL,
             "${resources.volumes.training.name}": "dev_me_my_training_training", "{{job.parameters.epochs}}": "5",
             "${var.scores_table}": "dev_me_my_training_scores",
             "${workspace.root_path}": ROOT_PATH, "{{job.run_id}}": JOB_RUN}
@@ -30,12 +31,17 @@ TASKS = ("fare_regression", "causal_lm")
 # What a notebook asks for in widgets instead of the job's deploy-time values (each, in the notebook's source).
 WIDGETS = {"${var.training_table}": "dbutils.widgets.get('table')",
            "${var.spark_ml_table}": "dbutils.widgets.get('table')",
-           "{{job.parameters.epochs}}": "dbutils.widgets.get('epochs')"}
+           "{{job.parameters.epochs}}": "dbutils.widgets.get('epochs')",
+           "${var.base_model}": "dbutils.widgets.get('base_model')"}
 PLATFORM_ONLY = ("--job-run-id", "{{job.run_id}}")  # a notebook run is no job run
 RENDERS = [
     *({"cloud": "aws", "engine": "all", "num_workers": workers, "task": task} for workers in (0, 2) for task in TASKS),
     *({"compute": "serverless_gpu", "engine": engine, "accelerator_type": "GPU_8xH100", "accelerator_count": count,
        "task": task} for engine, count in (("torch_distributor", 8), ("deepspeed", 16)) for task in TASKS),
+    # fine_tune adds an option to the jobs (--base-model), the same on every engine: one render of each compute
+    {"cloud": "aws", "engine": "all", "num_workers": 0, "task": "fine_tune"},
+    {"compute": "serverless_gpu", "engine": "torch_distributor", "accelerator_type": "GPU_8xH100",
+     "accelerator_count": 8, "task": "fine_tune"},
 ]
 
 
@@ -96,13 +102,14 @@ def test_every_job_parameter_list_is_accepted_by_the_projects_train(rendered, an
             node_type = job["job_clusters"][0]["new_cluster"]["node_type_id"]
             assert config.num_nodes == max(answers["num_workers"], 1)
             assert config.gpus_per_node == default_catalog().find(node_type).gpus > 0
-        # No option of the task: the jobs train task.py's defaults, whatever task.py is.
-        assert config.task_options == configuration.load_task(config.task).Options()
+        # No option of the task but fine_tune's base model: the jobs train task.py's defaults, whatever task.py is.
+        given = {"base_model": BASE_MODEL} if task_name == "fine_tune" else {}
+        assert config.task_options == configuration.load_task(config.task).Options(**given)
     assert seen == set(engines)
 
 
 @pytest.mark.parametrize("answers", [{"engine": "all", "num_workers": 2, "cloud": "aws"},
-                                     {"engine": "all", "task": "causal_lm"}],
+                                     {"engine": "all", "task": "causal_lm"}, {"engine": "all", "task": "fine_tune"}],
                          ids=lambda answers: "-".join(map(str, answers.values())))
 def test_every_notebook_runs_its_jobs_arguments(rendered, answers):
     """The notebook's main([...]) is the job's list, except what a widget fills in (table, epochs), the output folder

@@ -94,3 +94,36 @@ def test_every_environment_of_a_deepspeed_job_installs_deepspeed(rendered, answe
         [cluster] = [cluster["new_cluster"] for cluster in settings["job_clusters"]]
         assert cluster["use_ml_runtime"] is True
         assert float(cluster["spark_version"].split(".x")[0]) >= 14.0
+
+
+HUGGING_FACE = ("transformers", "peft", "tokenizers", "safetensors")
+
+
+def test_a_fine_tuning_project_pins_the_hugging_face_packages_wherever_it_installs_them(rendered):
+    """Locally the `local` extra; on a cluster each job that loads the model (its training jobs and the score job,
+    not Spark ML's) and each notebook, Databricks Runtime 17.3 LTS ML shipping no peft and transformers 4.51.3; on
+    serverless GPU the training environment, and the staging one what its executors tokenize with (no peft: it
+    needs torch, which staging has not)."""
+    wanted = {name: PINNED[name] for name in HUGGING_FACE}
+    project = rendered(task="fine_tune", engine="all")
+    local = tomllib.loads((project / "pyproject.toml").read_text())["project"]["optional-dependencies"]["local"]
+    assert {name: version for name, version in pins([line for line in local if "==" in line]).items()
+            if name in wanted} == wanted
+    for path in (project / "resources").glob("*.job.yml"):
+        [(key, job)] = yaml.safe_load(path.read_text())["resources"]["jobs"].items()
+        libraries = [library for task in job["tasks"] for library in task["libraries"]]
+        assert libraries[0] == {"whl": PROJECT_WHEEL}, key
+        assert pins([library["pypi"]["package"] for library in libraries[1:]]) == (
+            {} if key == "train_spark_ml_connect" else wanted), key
+    for path in (project / "notebooks").glob("*.py"):
+        [install] = [line for line in path.read_text().splitlines() if "%pip install" in line]
+        assert pins(install.split("%pip install --quiet ..")[1].split()) == (
+            {} if path.stem == "train_spark_ml_connect" else wanted), path.name
+    serverless = rendered(task="fine_tune", compute="serverless_gpu", engine="deepspeed")
+    job = yaml.safe_load((serverless / "resources" / "train_deepspeed.job.yml").read_text())["resources"]["jobs"]
+    environments = {environment["environment_key"]: pins(environment["spec"]["dependencies"][1:])
+                    for environment in job["train_deepspeed"]["environments"]}
+    assert environments == {
+        "staging": {"mlflow-skinny": PINNED["mlflow-skinny"],
+                    **{name: PINNED[name] for name in ("transformers", "tokenizers", "safetensors")}},
+        "training": {"mlflow-skinny": PINNED["mlflow-skinny"], "deepspeed": PINNED["deepspeed"], **wanted}}

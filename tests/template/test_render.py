@@ -120,6 +120,42 @@ def test_the_language_model_task_renders_and_validates_for_every_engine(rendered
             assert option(parameters, "--table") == "${var.training_table}"
 
 
+@pytest.mark.parametrize("answers", [{"engine": "deepspeed"}, {"engine": "all"},
+                                     {"compute": "serverless_gpu", "engine": "torch_distributor"}],
+                         ids=lambda answers: "-".join(answers.values()))
+def test_the_fine_tuning_task_renders_and_validates_and_its_jobs_take_the_base_model_from_a_variable(
+        rendered, bundle_schema, monkeypatch, answers):
+    """Every job that trains the task passes --base-model ${var.base_model} (the stage task of a serverless job too),
+    Spark ML's job its own pipeline as ever; the variable is empty until the user sets it, which `validate` names,
+    once a job in each target, and no longer once set (here, as BUNDLE_VAR_base_model would set it at deploy)."""
+    project = rendered(task="fine_tune", **answers)
+    assert errors_of(project, bundle_schema) == []
+    serverless = answers.get("compute") == "serverless_gpu"
+    engines = ENGINES if answers["engine"] == "all" else (answers["engine"],)
+    if not serverless:
+        assert_rendered_for(project, engines, "fine_tune")
+    variable = yaml.safe_load((project / "databricks.yml").read_text())["variables"]["base_model"]
+    assert variable["default"] == "" and "/Volumes/<catalog>/<schema>/<volume>/<model>" in variable["description"]
+    trainers = set()
+    for key, job in jobs_of(project).items():
+        parameters = job["tasks"][0]["python_wheel_task"]["parameters"]
+        if key in ("score", f"train_{SPARK_ML_CONNECT}"):  # score: the run's own options; Spark ML: no task
+            assert "--base-model" not in parameters, key
+        else:
+            assert option(parameters, "--base-model") == "${var.base_model}", key
+            trainers.add(key)
+    assert trainers == {f"train_{engine}" for engine in engines if engine != SPARK_ML_CONNECT}
+    findings = validate_bundle(project, targets=["dev", "prod"], schema_path=bundle_schema)
+    empty = {(target, finding.path.split(".")[2]) for target, per_target in findings.items() for finding in per_target
+             if finding.rule == "empty-base-model"}
+    assert empty == {(target, key) for target in ("dev", "prod") for key in trainers}
+    warning = next(finding for finding in findings["dev"] if finding.rule == "empty-base-model")
+    assert not warning.is_error and "targets.dev.variables.base_model: /Volumes/" in warning.fix
+    monkeypatch.setenv("BUNDLE_VAR_base_model", "/Volumes/main/default/models/Llama-3.2-1B")
+    assert [finding for per_target in validate_bundle(project, targets=["dev", "prod"]).values()
+            for finding in per_target if finding.rule == "empty-base-model"] == []
+
+
 def test_default_answers_give_one_multi_gpu_node_with_one_process_per_gpu(rendered):
     project = rendered()
     jobs = jobs_of(project)
@@ -299,7 +335,8 @@ def test_the_wheel_gets_a_version_of_its_own_at_each_deploy(rendered, bundle_sch
             if finding.is_error or "artifacts" in (finding.path or "")] == []
 
 
-EXAMPLES = {"fare_regression": "trip_classifier", "causal_lm": "recurrent_language_model"}
+EXAMPLES = {"fare_regression": "trip_classifier", "causal_lm": "recurrent_language_model",
+            "fine_tune": "recurrent_language_model"}
 
 
 @pytest.mark.parametrize("task", list(EXAMPLES))
@@ -319,7 +356,7 @@ def test_each_task_s_project_brings_an_example_of_its_own_kind(rendered, spark, 
     section = readme[readme.index("## Bring your own model"):readme.index("## Deploy and run")]
     assert f"--task examples.{example}" in section and f"cp examples/{example}.py src/my_training/task.py" in section
     assert f"examples.{example}" in (project / "tests" / "test_bring_your_own_model.py").read_text()
-    if task == "causal_lm":
+    if task != "fare_regression":
         assert not re.search(r"fare|taxi|trip", readme, re.IGNORECASE)
     monkeypatch.syspath_prepend(str(project))  # as the README runs it: PYTHONPATH=. --task examples.<example>
     monkeypatch.delitem(sys.modules, "examples", raising=False)

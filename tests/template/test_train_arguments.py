@@ -34,6 +34,22 @@ def test_a_task_option_is_accepted_while_the_task_has_it_and_named_once_task_py_
                        "not take (its task.py has no such option)")}
 
 
+def test_the_fine_tuning_task_s_base_model_left_behind_by_another_task_py_is_named_with_its_variable(render):
+    """The jobs of a fine_tune project pass --base-model ${var.base_model}; once task.py is the example, whose train
+    takes no --base-model, the option and the variable that fills it are what to remove."""
+    project = render(task="fine_tune")
+    assert [finding for finding in findings(project) if finding.is_error] == []
+    shutil.copy(project / "examples" / "recurrent_language_model.py", project / "src" / "my_training" / "task.py")
+    [error] = [finding for finding in findings(project) if finding.is_error]
+    assert (error.rule, error.path) == (
+        "unknown-train-option", "resources.jobs.train_torch_distributor.tasks[0].python_wheel_task.parameters[4]")
+    assert error.message == ("job train_torch_distributor passes --base-model to train, which this project's train "
+                             "does not take (its task.py has no such option: the fine_tune task's, left behind)")
+    assert error.fix.startswith("remove '--base-model' and its value from the job's parameters, and the bundle "
+                                "variable base_model from databricks.yml")
+    assert [finding.rule for finding in findings(project) if finding.rule == "empty-base-model"] == []
+
+
 def test_an_engine_the_project_does_not_carry_and_a_task_that_does_not_import_are_named(render):
     project = render()
     job = project / JOB

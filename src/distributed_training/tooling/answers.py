@@ -19,7 +19,8 @@ from .bundle.jobs_and_clusters import request_from_cluster
 from .cluster_specs import default_spark_version, gpus_per_node, new_cluster
 
 ALL_ENGINES = "all"
-TASKS = ("fare_regression", "causal_lm")
+FINE_TUNE = "fine_tune"
+TASKS = ("fare_regression", "causal_lm", FINE_TUNE)
 SLUG = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 UC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 # What a generated project installs or runs with: distribution name -> the package it imports. A project named like
@@ -98,13 +99,18 @@ def scoring_cluster(answers: Mapping, engine: str) -> dict:
 # The job's values that the bundle and the platform fill in, and a notebook asks for in widgets (see train_arguments).
 TABLE, OUTPUT_DIR, EPOCHS, EXPERIMENT, JOB_RUN = "<table>", "<output_dir>", "<epochs>", "<experiment>", "<job_run>"
 SPARK_ML_TABLE = "<spark_ml_table>"  # Spark ML's own: taxi trips, whatever the task
+BASE_MODEL = "<base_model>"  # the fine-tuning task's pretrained model: a bundle variable, set once per target
 
 
 def train_arguments(answers: Mapping, engine: str) -> list[str]:
     """The `train` command line of one engine's job, with placeholders for what the bundle and the platform (job) or
     a widget (notebook) fill in: both render this one list, so a notebook runs exactly what its job runs. No option
-    of the task: the jobs train what task.py's defaults say, so replacing task.py needs no other change."""
+    of the task but fine_tune's base model, which has no default that could work (a folder of the user's own): the
+    jobs train what task.py's defaults say, so replacing task.py needs no other change (for fine_tune: dropping
+    --base-model, which `validate` names)."""
     arguments = ["--engine", engine, "--table", SPARK_ML_TABLE if engine == SPARK_ML_CONNECT else TABLE]
+    if engine != SPARK_ML_CONNECT and answers.get("task") == FINE_TUNE:
+        arguments += ["--base-model", BASE_MODEL]
     # Each job run its own folder: a retry or a repair resumes there, a new run starts fresh (run_folder.py).
     arguments += ["--output-dir", OUTPUT_DIR, "--job-run-id", JOB_RUN, "--epochs", EPOCHS,
                   "--mlflow-experiment", EXPERIMENT]
@@ -118,6 +124,27 @@ def train_arguments(answers: Mapping, engine: str) -> list[str]:
         cluster = job_cluster(answers, engine)
         nodes, gpus = max(cluster.get("num_workers", 0), 1), gpus_per_node(cluster["node_type_id"])
     return [*arguments, "--num-nodes", str(nodes), "--gpus-per-node", str(gpus)]
+
+
+# What the fine-tuning task needs beyond Databricks Runtime ML (or the serverless environment), by where it runs: each
+# pinned at the version the tests ran (compute/versions.yaml `packages`). Databricks Runtime 17.3 LTS ML (GPU) ships
+# transformers 4.51.3, tokenizers 0.21.0, safetensors 0.6.2 and accelerate 1.5.2, and no peft (its release notes,
+# "Python libraries on GPU clusters": https://docs.databricks.com/aws/en/release-notes/runtime/17.3lts-ml). The task is
+# tested with transformers 5.25.0, a major version on, which requires tokenizers>=0.23.1 and safetensors>=0.8.0: all
+# four are installed; accelerate (peft needs >=0.21.0) is the runtime's own. The serverless stage task only tokenizes
+# (it has no torch, which peft needs); transformers needs safetensors there too.
+TASK_PACKAGES = {FINE_TUNE: {"cluster": ("transformers", "peft", "tokenizers", "safetensors"),
+                             "staging": ("transformers", "tokenizers", "safetensors")}}
+
+
+def task_packages(answers: Mapping, where: str = "cluster") -> list[str]:
+    """The chosen task's packages, `name==version`, for the `cluster` (a job cluster's libraries, the serverless GPU
+    nodes, the `local` extra) or the serverless `staging` environment; none for a task that needs nothing more, or a
+    project whose only engine, Spark ML, trains no task."""
+    if not torch_engines(answers):
+        return []
+    pinned = versions()["packages"]
+    return [f"{name}=={pinned[name]}" for name in TASK_PACKAGES.get(answers.get("task"), {}).get(where, ())]
 
 
 def is_serverless(answers: Mapping) -> bool:

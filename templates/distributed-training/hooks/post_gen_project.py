@@ -44,6 +44,7 @@ Path("src/command.sh").unlink()  # the serverless GPU task's script
 shutil.rmtree("examples")  # bring-your-own-model: a task for the loop, which a Spark ML project does not run
 Path("tests/test_bring_your_own_model.py").unlink()
 {%- else %}
-# bring-your-own-model: an example of the chosen task's kind
-Path("examples/{{ 'trip_classifier' if cookiecutter.task == 'causal_lm' else 'recurrent_language_model' }}.py").unlink()
+# bring-your-own-model: an example of the chosen task's kind (a language model for the tasks on text)
+{%- set on_text = cookiecutter.task in ("causal_lm", "fine_tune") %}
+Path("examples/{{ 'trip_classifier' if on_text else 'recurrent_language_model' }}.py").unlink()
 {%- endif %}

@@ -7,6 +7,10 @@ path and torch kept out (a task's module must import without torch: the serverle
 also quick. Only wheel tasks that call the project's own `train` (the entry point that names `<package>.launch`) are
 checked, and only bundles whose package has that `config` module: a generated project.
 
+A job that fine-tunes passes the pretrained model from a bundle variable (--base-model ${var.base_model}, empty until
+the user sets it): an empty one is named before the run stops on it. Replacing task.py with a task that takes no such
+option leaves it behind in the jobs: that is named with the variable to remove too.
+
 Each job run trains in its own folder only when its `--output-dir` holds the job run id (`{{job.run_id}}`, directly or
 through a job parameter's default): the project's run folder (run_folder.py) resumes a failed run found there and
 reports a finished one's metrics instead of training, so without it every run after the first trains nothing.
@@ -41,9 +45,11 @@ print(json.dumps({"options": sorted(parser._option_string_actions), "engines": l
 READ_SECONDS = 60
 JOB_RUN_ID = re.compile(r"\{\{\s*job\.run_id\s*\}\}")  # the Jobs dynamic value reference to the job run's id
 JOB_PARAMETER = re.compile(r"\{\{\s*job\.parameters\.([^\s}]+)\s*\}\}")
+# The train options the template fills from a bundle variable (the fine_tune task's): option -> variable.
+VARIABLE_OPTIONS = {"--base-model": "base_model"}
 
 
-def train_argument_findings(bundle_root: FilePath, jobs: Jobs) -> list[Finding]:
+def train_argument_findings(bundle_root: FilePath, jobs: Jobs, target: str = "dev") -> list[Finding]:
     entry_points = _train_entry_points(bundle_root)
     calls = [(job_key, job, path, task["python_wheel_task"])
              for job_key, job, tasks in jobs for path, task in tasks
@@ -59,7 +65,7 @@ def train_argument_findings(bundle_root: FilePath, jobs: Jobs) -> list[Finding]:
             return [Finding("train-options-unreadable", f"the jobs' train arguments were not checked: {accepted}",
                             f"fix the error above (python -m {package} train --help shows it too)", path=where,
                             severity="warning")]
-        findings += _argument_findings(job_key, package, wheel_task.get("parameters"), accepted, where)
+        findings += _argument_findings(job_key, package, wheel_task.get("parameters"), accepted, where, target)
         findings += _shared_output_dir(job_key, job, wheel_task.get("parameters"), where)
     return findings
 
@@ -88,7 +94,8 @@ def _shared_output_dir(job_key: str, job: dict, parameters, where: str) -> list[
     return []
 
 
-def _argument_findings(job_key: str, package: str, parameters, accepted: dict, where: str) -> list[Finding]:
+def _argument_findings(job_key: str, package: str, parameters, accepted: dict, where: str,
+                       target: str) -> list[Finding]:
     if not isinstance(parameters, list):
         return []
     findings = []
@@ -96,8 +103,18 @@ def _argument_findings(job_key: str, package: str, parameters, accepted: dict, w
     for index, parameter in enumerate(parameters):
         if not isinstance(parameter, str) or not parameter.startswith("--"):
             continue
-        name = parameter.split("=", 1)[0]
-        if name not in options:
+        name, joined, value = parameter.partition("=")
+        if not joined and index + 1 < len(parameters) and not str(parameters[index + 1]).startswith("--"):
+            value = str(parameters[index + 1])
+        if name not in options and name in VARIABLE_OPTIONS:
+            findings.append(Finding(
+                "unknown-train-option",
+                f"job {job_key} passes {name} to train, which this project's train does not take (its task.py has "
+                "no such option: the fine_tune task's, left behind)",
+                f"remove {parameter!r} and its value from the job's parameters, and the bundle variable "
+                f"{VARIABLE_OPTIONS[name]} from databricks.yml; `python -m {package} train --help` lists the options",
+                path=f"{where}[{index}]"))
+        elif name not in options:
             findings.append(Finding(
                 "unknown-train-option",
                 f"job {job_key} passes {name} to train, which this project's train does not take (its task.py has "
@@ -105,6 +122,15 @@ def _argument_findings(job_key: str, package: str, parameters, accepted: dict, w
                 f"remove {parameter!r} from the job's parameters; to train with another value of the task's own, "
                 f"change its default in task.py's Options (the jobs train task.py's defaults); `python -m {package} "
                 "train --help` lists the options", path=f"{where}[{index}]"))
+        elif name in VARIABLE_OPTIONS and not value.strip():
+            variable = VARIABLE_OPTIONS[name]
+            findings.append(Finding(
+                "empty-base-model",
+                f"job {job_key} trains with an empty {name} (the bundle variable {variable} is empty in target "
+                f"{target}): the run stops before training, after the cluster started",
+                f"set {variable} to the pretrained model's folder in Hugging Face format: in databricks.yml, "
+                f"targets.{target}.variables.{variable}: /Volumes/<catalog>/<schema>/<volume>/<model>, or deploy "
+                f"with --var {variable}=<folder>", path=f"{where}[{index}]", severity="warning"))
         elif name == "--engine" and index + 1 < len(parameters) and parameters[index + 1] not in engines:
             findings.append(Finding(
                 "unknown-train-engine", f"job {job_key} trains with --engine {parameters[index + 1]}, which this "

@@ -172,7 +172,7 @@ def _target_findings(bundle: Bundle, name: str, validator, catalog: Catalog, mem
     findings += local_path_findings(resolved, tree, bundle.root, memo.path_kinds, jobs)
     findings += wheel_library_findings(jobs)
     findings += wheel_task_findings(bundle.root, jobs)
-    findings += train_argument_findings(bundle.root, jobs)
+    findings += train_argument_findings(bundle.root, jobs, name)
     findings += guard_findings(clusters, catalog)
     findings += run_as_findings(resolved)
     findings += checks.volume_workspace_path_findings(resolved)

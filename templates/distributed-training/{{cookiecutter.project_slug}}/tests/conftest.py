@@ -24,3 +24,19 @@ def train(tmp_path):
         return json.loads((output / "metrics.json").read_text())
 
     return run
+{%- if cookiecutter.task == "fine_tune" %}
+
+
+@pytest.fixture(scope="session")
+def base_model(tmp_path_factory) -> str:
+    """A small random-weight model and its tokenizer, trained on the sample table's kind of text and saved in Hugging
+    Face format, as a volume's model folder holds them (task.py's save_small_model: nothing downloaded)."""
+    import random
+
+    from {{ cookiecutter.package_name }}.task import save_small_model, sentence
+
+    folder = tmp_path_factory.mktemp("base_model")
+    rng = random.Random(0)
+    save_small_model(str(folder), [sentence(rng) for _ in range(2000)])
+    return str(folder)
+{%- endif %}

@@ -1,5 +1,5 @@
 {%- set engine = (torch_engines(cookiecutter) + ["torch_distributor"])[0] -%}
-{%- if cookiecutter.task == "causal_lm" -%}
+{%- if cookiecutter.task in ("causal_lm", "fine_tune") -%}
 """The README's worked example trains: task.py changed into a recurrent language model
 (examples/recurrent_language_model.py), and nothing else, gives a model that beats the bigram model."""
 
