@@ -32,7 +32,9 @@ class Task(Protocol):
     # example per row of dimension 0 (the loop shuffles and slices them into batches).
     def examples(self, rows, stats: dict, options) -> tuple: ...
 
-    # The torch module to train.
+    # The torch module to train. In a distributed run rank 0 builds it; the other ranks call it under
+    # torch.device("meta") and get rank 0's weights, so it builds the structure alone there (from_pretrained refuses
+    # the meta device: from_config instead, as tasks/fine_tune.py does).
     def build_model(self, stats: dict, options): ...
 
     # A batch's (a tuple like `examples`) mean loss over what `count` counts.

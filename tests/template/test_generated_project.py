@@ -42,28 +42,33 @@ def installed(tmp_path_factory, render_into):
 
 
 @pytest.fixture(scope="module")
-def installed_fine_tune(tmp_path_factory, render_into):
-    """The same for task=fine_tune, with one engine (no DeepSpeed to build)."""
-    return install(tmp_path_factory.mktemp("generated"), render_into, engine="torch_distributor", task="fine_tune")
+def installed_fine_tune(tmp_path_factory, render_into, installed):
+    """The same for task=fine_tune and one engine, a package of another name installed into the causal_lm project's
+    venv (its own extra adds the Hugging Face packages): a second venv would add 6 minutes of installing the same."""
+    _, python, _ = installed
+    return install(tmp_path_factory.mktemp("generated"), render_into, python, project_name="Fine Tuning",
+                   engine="torch_distributor", task="fine_tune")
 
 
-def install(root, render_into, **answers):
-    """The project of these answers, committed, cloned elsewhere and installed into a venv of its own."""
+def install(root, render_into, python=None, **answers):
+    """The project of these answers, committed, cloned elsewhere and installed, into a venv of its own (or `python`'s
+    venv, which has torch)."""
     generated = render_into(root / "out", **answers)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     for command in (["init", "--quiet"], ["add", "."], ["commit", "--quiet", "-m", "generated"]):
         run([*git, *command], cwd=generated)
-    project = root / "elsewhere" / "my-training"
+    project = root / "elsewhere" / generated.name
     run(["git", "clone", "--quiet", str(generated), str(project)], cwd=root)
     shutil.rmtree(generated)  # nothing of the machine that generated it may be needed
     requirement = next(line for line in (project / "pyproject.toml").read_text().splitlines()
                        if "distributed-training" in line)
     assert "file:" not in requirement and str(REPOSITORY) not in requirement, requirement
-    venv = root / "venv"
-    run([sys.executable, "-m", "venv", str(venv)], cwd=project)
-    python = str(venv / "bin" / "python")
+    if python is None:
+        venv = root / "venv"
+        run([sys.executable, "-m", "venv", str(venv)], cwd=project)
+        python = str(venv / "bin" / "python")
+        run([python, "-m", "pip", "install", "--quiet", TORCH], cwd=project)  # first, as the README says: CPU is enough
     pip = [python, "-m", "pip", "install", "--quiet"]
-    run([*pip, TORCH], cwd=project)  # first, as the README says: a CPU build is enough
     run([*pip, "--find-links", "wheels", "-e", ".[test]"], cwd=project)  # the project's own, committed with it
     if answers["engine"] in ("deepspeed", "all"):
         run([*pip, "--no-build-isolation", DEEPSPEED], cwd=project)  # builds against the torch installed above
