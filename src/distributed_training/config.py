@@ -150,7 +150,8 @@ class Config:
     eval_every_steps: int | None = option(None, "also evaluate on --eval-batches held-out batches every this many "
                                           "optimizer steps (the whole held-out split is evaluated after every epoch "
                                           "and at the end)", parse=whole(1, 10 ** 9), metavar="STEPS")
-    eval_batches: int = option(20, "held-out batches per process in an evaluation every --eval-every-steps",
+    eval_batches: int = option(20, "held-out batches (of --batch-size, at most 256) per process in an evaluation "
+                               "every --eval-every-steps",
                                parse=whole(1, 10 ** 6), metavar="N")
     keep_checkpoints: int = option(2, "how many of the newest checkpoints to keep", parse=whole(1, 1000), metavar="N")
     keep_staged_days: int = option(7, "a run that stages removes the staged rows of the finished runs beside it older "

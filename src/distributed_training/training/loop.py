@@ -90,7 +90,10 @@ class Training:
                                                     task.parameter_groups(model, config.task_options)),
                          learning_rate_schedule(plan.updates, config.warmup_fraction, config.lr_schedule,
                                                 config.min_lr_ratio))
-        self.held_out_scores = partial(evaluate, task, strategy, self.held_out, data.stats, process)  # (most_batches)
+        # (most_batches) in batches of the training micro-batch's size, which fits (a large vocabulary's logits: 256
+        # sequences of 512 tokens of Llama 3's would take 67 GB in float32)
+        self.held_out_scores = partial(evaluate, task, strategy, self.held_out, data.stats, process,
+                                       batch_size=min(config.batch_size, EVALUATION_BATCH))
         # The task's metrics checked on one held-out batch before the first step, not after the first epoch: a forward
         # pass in eval mode, so the weights and the random numbers of training stay as they were.
         self.held_out_scores(most_batches=1)
@@ -399,18 +402,18 @@ class ShuffledBatches:
 
 
 def evaluate(task, strategy, held_out: tuple, stats: dict, process: ranks.Process,
-             most_batches: int | None = None) -> dict:
+             most_batches: int | None = None, batch_size: int = EVALUATION_BATCH) -> dict:
     """The task's held-out metrics over every rank's share (its first `most_batches` batches, where given). Every rank
     runs as many forward passes (ZeRO 3 gathers weights in each): one whose share is done repeats a batch, ignored."""
-    rows = len(held_out[0]) if most_batches is None else min(len(held_out[0]), most_batches * EVALUATION_BATCH)
-    batches = ranks.max_over_ranks(process, math.ceil(rows / EVALUATION_BATCH))
+    rows = len(held_out[0]) if most_batches is None else min(len(held_out[0]), most_batches * batch_size)
+    batches = ranks.max_over_ranks(process, math.ceil(rows / batch_size))
     model, sums = strategy.inference_model, {}
     model.eval()
     with torch.no_grad():
         for index in range(int(batches)):
-            start = index * EVALUATION_BATCH
+            start = index * batch_size
             counted = start < rows
-            part_rows = slice(start, min(start + EVALUATION_BATCH, rows)) if counted else slice(0, 1)
+            part_rows = slice(start, min(start + batch_size, rows)) if counted else slice(0, 1)
             with strategy.autocast():
                 part = task.evaluate(model, strategy.to_device(tuple(tensor[part_rows] for tensor in held_out)), stats)
             for name, value in part.items():
