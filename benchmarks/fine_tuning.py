@@ -70,7 +70,8 @@ def run(work_dir: str, quick: bool) -> list[Row]:
         work_done = {"ours": _same_work(ours, "ours"), "baseline": _same_work(trainer, "Trainer")}
         shape = f"1 CPU process, fp32, batch {BATCH_SIZE} x {MAX_LENGTH} tokens, steps {WARM_UP_STEPS + 1}-{steps}"
         rows += [Row("fine-tuning", f"fine_tune {mode}: the loop against transformers' Trainer", "tokens/s",
-                     tuple(run["tokens_per_second"] for run in ours), tuple(run["tokens_per_second"] for run in trainer),
+                     tuple(run["tokens_per_second"] for run in ours),
+                     tuple(run["tokens_per_second"] for run in trainer),
                      f"{shape}; baseline: Trainer", work_done),
                  Row("fine-tuning", f"fine_tune {mode}: peak resident memory of the process", "MiB",
                      tuple(run["peak_mib"] for run in ours), tuple(run["peak_mib"] for run in trainer),
