@@ -153,7 +153,7 @@ def ours(config, _) -> dict:
         training.tracker.finish(succeeded=True)
     finally:
         ranks.stop(process)
-    return {"tokens": sum(part["items"] for part in measured), "seconds": sum(part["seconds"] for part in measured),
+    return {"tokens": round(sum(part["items"] for part in measured)), "seconds": sum(part["seconds"] for part in measured),
             "steps": sum(part["updates"] for part in measured), "peak_mib": peak}
 
 
