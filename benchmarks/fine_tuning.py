@@ -153,8 +153,8 @@ def ours(config, _) -> dict:
         training.tracker.finish(succeeded=True)
     finally:
         ranks.stop(process)
-    return {"tokens": round(sum(part["items"] for part in measured)), "seconds": sum(part["seconds"] for part in measured),
-            "steps": sum(part["updates"] for part in measured), "peak_mib": peak}
+    return {"tokens": round(sum(part["items"] for part in measured)),
+            "seconds": sum(part["seconds"] for part in measured), "steps": sum(part["updates"] for part in measured), "peak_mib": peak}
 
 
 def trainer(config, staging: str) -> dict:
