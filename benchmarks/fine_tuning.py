@@ -154,7 +154,8 @@ def ours(config, _) -> dict:
     finally:
         ranks.stop(process)
     return {"tokens": round(sum(part["items"] for part in measured)),
-            "seconds": sum(part["seconds"] for part in measured), "steps": sum(part["updates"] for part in measured), "peak_mib": peak}
+            "seconds": sum(part["seconds"] for part in measured), "steps": sum(part["updates"] for part in measured),
+            "peak_mib": peak}
 
 
 def trainer(config, staging: str) -> dict:
