@@ -13,11 +13,11 @@ import sys
 import tempfile
 import time
 
-from . import data_memory, data_path, engines, generation, scoring
+from . import data_memory, data_path, engines, fine_tuning, generation, scoring
 from .measure import format_table
 
 SECTIONS = {"data": data_path.run, "memory": data_memory.run, "generation": generation.run, "engines": engines.run,
-            "reports": engines.run_reports, "scoring": scoring.run}
+            "reports": engines.run_reports, "scoring": scoring.run, "fine_tuning": fine_tuning.run}
 DEFAULT_OUTPUT = os.path.join("build", "benchmarks", "results.json")
 
 

@@ -2,14 +2,18 @@
 # The GPU check: the causal-LM task at GPT-2 small's shape, trained by the project's loop under torchrun on every GPU
 # of this machine in bf16 (fp16 on GPUs without it); tokens/s and MFU against the GPU's dense peak (looked up by its
 # exact name) of DDP, FSDP2 and DeepSpeed ZeRO-2, each without and with --compile, and where a DDP step's time goes
-# (with one GPU they communicate nothing: the differences are their own overhead and the compiler's). Results in
+# (with one GPU they communicate nothing: the differences are their own overhead and the compiler's); then the
+# fine-tuning task on a model of Llama 3.2 1B's shape (random weights), with LoRA and in full, under FSDP2 (one GPU:
+# the model as it is), tokens/s and MFU (past the default TIME_LIMIT after the others: run them with --only). Results in
 # $OUT/result.json. Installs nothing: its Python (PYTHON, else .venv/bin/python or python3, whichever sees a GPU) needs
-# torch with CUDA, numpy, pyarrow and pyyaml (deepspeed for the ZeRO-2 comparison); no Spark.
+# torch with CUDA, numpy, pyarrow and pyyaml (deepspeed for the ZeRO-2 comparison, transformers and peft for the
+# fine-tuning); no Spark.
 #
 #   bash benchmarks/gpu_check.sh             # runs; without a visible GPU, a dry run
 #   bash benchmarks/gpu_check.sh --dry-run   # prints the plan (commands, model, FLOP formula, peak), writes nothing
 #   bash benchmarks/gpu_check.sh --dry-run --device-name "NVIDIA H200" --gpus 1   # the plan for another machine
 #   bash benchmarks/gpu_check.sh --only ddp ddp-compiled                         # some of the runs
+#   bash benchmarks/gpu_check.sh --only llama-1b-lora llama-1b-full              # the 1B fine-tuning rows (~4 min)
 #
 # Settings: OUT (build/gpu-check), BATCH_SIZE (32 sequences a GPU), STEPS (30 an epoch), EPOCHS (2, the first is
 # warm-up), PEAK_TFLOPS (a GPU's dense peak where the lookup has none), TIME_LIMIT (450 s for everything).
@@ -17,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 case "${1:-}" in
-  -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
 esac
 
 # The interpreter: PYTHON if set, else the first of .venv/bin/python and python3 whose torch sees a GPU (a carried

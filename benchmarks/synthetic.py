@@ -62,28 +62,39 @@ def text_statistics(texts: list[str]) -> dict:
 
 
 def stage_text(directory: str, train: list[str], test: list[str], files: int):
-    """The documents as a staged folder for the language task, `files` files a split (one per process), tokenized and
-    cut into rows as staging does; its StagedData."""
+    """The documents as a staged folder for the language task, `files` files a split (one per process), tokenized
+    as staging does; its StagedData."""
+    import numpy as np
+
+    from distributed_training.tasks.causal_lm import Options, tokenize
+
+    streams = {split: [tokenize({"text": share}, Options()) for share in np.array_split(np.array(texts, dtype=object),
+                                                                                      files)]
+               for split, texts in (("train", train), ("test", test))}
+    return stage_tokens(directory, LANGUAGE_TASK, streams, (len(train), len(test)), text_statistics(train))
+
+
+def stage_tokens(directory: str, task: str, streams: dict, rows: tuple[int, int], stats: dict):
+    """Token streams ({"train": [ids of process 0, ...], "test": [...]}, numpy arrays of the staged dtype) as a staged
+    folder of `task`, cut into rows as staging does; its StagedData. `rows`: the training and held-out rows."""
     import uuid
 
-    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from distributed_training.data.staged import StagedData
     from distributed_training.data.staging import ROW_GROUP_BYTES, TOKENS_A_ROW
-    from distributed_training.tasks.causal_lm import Options, tokenize
 
-    for split, texts in (("train", train), ("test", test)):
+    (dtype,) = {tokens.dtype for split in streams.values() for tokens in split}
+    for split, parts in streams.items():
         os.makedirs(os.path.join(directory, split), exist_ok=True)
-        for part, share in enumerate(np.array_split(np.array(texts, dtype=object), files)):
-            tokens = tokenize({"text": share}, Options())
-            rows = [tokens[start:start + TOKENS_A_ROW].tobytes() for start in range(0, len(tokens), TOKENS_A_ROW)]
-            pq.write_table(pa.table({"tokens": pa.array(rows, type=pa.binary())}),
+        for part, tokens in enumerate(parts):
+            chunks = [tokens[start:start + TOKENS_A_ROW].tobytes() for start in range(0, len(tokens), TOKENS_A_ROW)]
+            pq.write_table(pa.table({"tokens": pa.array(chunks, type=pa.binary())}),
                            os.path.join(directory, split, f"part-{part:05d}.parquet"),
-                           row_group_size=ROW_GROUP_BYTES // (2 * TOKENS_A_ROW))
-    staged = StagedData(directory=directory, task=LANGUAGE_TASK, source="synthetic", train_rows=len(train),
-                        test_rows=len(test), files_per_split=files, stats=text_statistics(train),
-                        token_dtype="uint16", staging_id=uuid.uuid4().hex)
+                           row_group_size=ROW_GROUP_BYTES // (dtype.itemsize * TOKENS_A_ROW))
+    staged = StagedData(directory=directory, task=task, source="synthetic", train_rows=rows[0], test_rows=rows[1],
+                        files_per_split=len(streams["train"]), stats=stats, token_dtype=str(dtype),
+                        staging_id=uuid.uuid4().hex)
     staged.save()
     return staged

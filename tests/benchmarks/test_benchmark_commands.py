@@ -114,6 +114,27 @@ def test_the_memory_benchmark_samples_every_rank_of_both_sides_on_both_corpora(t
     assert completed.stdout.count("peak RssAnon") >= 4  # both sides, both corpora
 
 
+@pytest.mark.engine
+@pytest.mark.timeout(1800)
+def test_the_fine_tuning_benchmark_measures_the_loop_and_the_trainer_on_the_same_tokens(tmp_path):
+    output = tmp_path / "results.json"
+    completed = run(["bash", "benchmarks/run.sh", "--quick", "--only", "fine_tuning", "--output", str(output)],
+                    timeout=1500)  # 2 min quiet: a Spark staging, then 4 processes
+    assert completed.returncode == 0, output_of(completed)
+    rows = {row["name"]: row for row in json.loads(output.read_text())["rows"]}
+    assert len(rows) == 4
+    for mode, lora_rank in (("LoRA", 16), ("full", 0)):
+        speed = rows[f"fine_tune {mode}: the loop against transformers' Trainer"]
+        assert speed["unit"] == "tokens/s" and all(figure > 0 for figure in speed["runs"] + speed["baseline_runs"])
+        assert f"{speed['ratio']:.2f}" in completed.stdout
+        # The same measured steps of the same blocks on both sides: 5 steps after the 10 of warm-up, 16 sequences of
+        # 128 targets each (continued pre-training counts every target)
+        assert speed["work"]["ours"] == speed["work"]["baseline"] == {
+            "tokens": 5 * 16 * 128, "steps": 5, "batch_size": 16, "max_length": 128, "lora_rank": lora_rank}
+        memory = rows[f"fine_tune {mode}: peak resident memory of the process"]
+        assert memory["unit"] == "MiB" and all(200 < peak < 4096 for peak in memory["runs"] + memory["baseline_runs"])
+
+
 @pytest.mark.skipif(GPU_VISIBLE, reason="a GPU is visible: the check would really run")
 def test_without_a_gpu_the_gpu_check_prints_its_plan_and_writes_nothing(tmp_path):
     out = tmp_path / "gpu-check"
@@ -171,6 +192,49 @@ def test_the_gpu_check_runs_its_steps_on_cpu_processes(tmp_path):
     assert set(result["breakdown"]["seconds_per_step"]) == {"data", "forward+backward", "optimizer"}
     assert "zero2" not in result  # not asked for
     assert "where a step's time goes" in completed.stdout and "DDP + torch.compile " in completed.stdout
+
+
+def test_the_gpu_check_plans_the_fine_tuning_rows_at_llama_3_2_1b_s_shape(tmp_path):
+    out = tmp_path / "gpu-check"
+    plan = run(["bash", "benchmarks/gpu_check.sh", "--dry-run", "--device-name", "NVIDIA H100 80GB HBM3", "--gpus", "8",
+                "--only", "llama-1b-lora", "llama-1b-full"], OUT=str(out))
+    assert plan.returncode == 0, output_of(plan)
+    # Llama 3.2 1B's published size (embedding tied); LoRA of rank 16 on the 7 projections of 16 layers: 16 x 16 x
+    # (2 x (2048 + 2048) + 2 x (2048 + 512) + 3 x (2048 + 8192)); FLOPs: 6 (4 if frozen) a weight + 12 x 16 x 2048 x
+    # 1024
+    assert "1,235,814,400 parameters" in plan.stdout and "vocabulary 128,256" in plan.stdout
+    assert "llama-1b-lora: 11,272,192 trained parameters, 5.41 GFLOP per token" in plan.stdout
+    assert 4 * 1_235_814_400 + 6 * 11_272_192 + 12 * 16 * 2048 * 1024 == 5_413_543_936
+    assert "llama-1b-full: 1,235,814,400 trained parameters, 7.82 GFLOP per token, 512.3 TFLOP per step of 65,536 " \
+           "tokens (8 sequences x 1024 tokens x 8 process(es))" in plan.stdout
+    assert "--nproc-per-node" not in plan.stdout  # the DDP breakdown comes with the ddp run alone
+    assert f"--config {out}/llama-1b-lora/config.json" in plan.stdout and f"{out}/ddp" not in plan.stdout
+    assert not out.exists()
+
+
+@pytest.mark.engine
+def test_the_gpu_check_fine_tunes_a_tiny_llama_with_lora_and_in_full_under_fsdp2_on_cpu_processes(tmp_path):
+    """The fine-tuning rows as the GPU machine runs them, on 2 CPU processes (so FSDP2 shards) and a tiny Llama: the
+    saved random-weight model, the staged uint32 ids, the loop under torchrun from the written configs."""
+    out = tmp_path / "gpu-check"
+    completed = run([sys.executable, "-m", "benchmarks.gpu_check", "--cpu-processes", "2", "--fine-tune-shape", "tiny",
+                     "--fine-tune-batch-size", "4", "--fine-tune-length", "64", "--steps", "3", "--epochs", "2",
+                     "--only", "llama-1b-lora", "llama-1b-full", "--out", str(out)],
+                    PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    assert completed.returncode == 0, output_of(completed)
+    result = json.loads((out / "result.json").read_text())
+    trained = result["fine_tune_model"]["trained_parameters"]
+    assert trained["llama-1b-full"] == result["fine_tune_model"]["parameters"] > 50 * trained["llama-1b-lora"] > 0
+    for name, lora_rank in (("llama-1b-lora", 16), ("llama-1b-full", 0)):
+        figures = result[name]
+        assert figures["tokens_per_second"] > 0 and figures["mfu"] is None and figures["sharded_by_fsdp2"] is True
+        assert len(figures["epoch_seconds"]) == 2
+        assert figures["train_examples"] == 2 * 3 * 4  # 2 processes, exactly their 3 steps' blocks of 4
+        config = json.loads((out / name / "config.json").read_text())
+        assert (config["parallelism"], config["task_options"]["lora_rank"]) == ("fsdp2", lora_rank)
+        assert not (out / name / "checkpoints").exists() and not (out / name / "model.pt").exists()
+    assert json.loads((out / "fine-tune-staging" / "manifest.json").read_text())["token_dtype"] == "uint32"
+    assert "ddp" not in result and "breakdown" not in result
 
 
 def test_the_gpu_check_refuses_to_empty_a_folder_it_did_not_write(tmp_path):

@@ -246,6 +246,11 @@ def build_model(stats: dict, options: Options):
     except OSError as error:
         raise ValueError(f"cannot load --base-model {options.base_model!r} ({str(error).splitlines()[0]}): pass a "
                          "folder in Hugging Face format (config.json and the weights)") from None
+    return with_adapters(model, options)
+
+
+def with_adapters(model, options: Options):
+    """The model with LoRA adapters where --lora-rank > 0, else as it is."""
     if options.lora_rank == 0:
         return model
     from peft import LoraConfig, get_peft_model
