@@ -20,7 +20,7 @@ def pytest_collection_modifyitems(items):
 # that takes one of its tests pays for the fixture again. xdist's own `xdist_group` mark cannot say this under pytest 9,
 # which ignores the group suffix xdist writes into a test's id.
 ONE_WORKER_MODULES = ("tests/template/test_generated_project.py", "tests/engines/test_spark_ml_connect.py",
-                      "tests/engines/test_distributed_equivalence.py")
+                      "tests/engines/test_distributed_equivalence.py", "tests/engines/test_fine_tune_equivalence.py")
 
 
 @pytest.hookimpl(optionalhook=True)

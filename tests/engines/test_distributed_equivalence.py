@@ -9,19 +9,15 @@ over the same examples; and the ranks' shards of the staged data are disjoint an
 from __future__ import annotations
 
 import dataclasses
-import socket
-
 from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
-import torch
-import torch.multiprocessing
-
 from distributed_training.data.staged import read_shard
 
 from conftest import FARE, LANGUAGE
-from support.equivalence import one_process_evaluation, one_process_train, rank_examples, ranks_train
+from support.equivalence import largest_difference, one_process_evaluation, one_process_train, rank_examples, \
+    ranks_results
 from support.runs import resolved_config, staged
 
 pytestmark = pytest.mark.engine
@@ -31,21 +27,8 @@ TOLERANCE = 1e-6
 CLIP = 0.5  # below the gradients' norm in these runs' first updates: clipping scales them
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def two_ranks(config, per_rank: int, results) -> list[dict]:
-    torch.multiprocessing.spawn(ranks_train, args=(WORLD, config, STEPS, per_rank, free_port(), str(results)),
-                                nprocs=WORLD, join=True)
-    return [torch.load(results / f"rank-{rank}.pt", weights_only=False) for rank in range(WORLD)]
-
-
-def largest_difference(left: dict, right: dict) -> float:
-    assert left.keys() == right.keys()
-    return max(float((left[name] - right[name]).abs().max()) for name in left)
+    return ranks_results(config, WORLD, STEPS, per_rank, results)
 
 
 @pytest.fixture(scope="module", params=[FARE, LANGUAGE], ids=["fare", "language-model"])

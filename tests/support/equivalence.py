@@ -12,9 +12,11 @@ clipping.
 from __future__ import annotations
 
 import os
+import socket
 from collections import Counter
 
 import torch
+import torch.multiprocessing
 
 from distributed_training.data.staged import StagedData
 from distributed_training.task_interface import load_task
@@ -94,6 +96,24 @@ def count_reductions(strategy, reductions: Counter) -> None:
         return allreduce_hook(state, bucket)
 
     strategy.model.register_comm_hook(None, counting)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def ranks_results(config, world_size: int, steps: int, per_rank: int, results) -> list[dict]:
+    """`ranks_train` on `world_size` processes; what each rank wrote (results: a folder, a pathlib.Path)."""
+    torch.multiprocessing.spawn(ranks_train, args=(world_size, config, steps, per_rank, free_port(), str(results)),
+                                nprocs=world_size, join=True)
+    return [torch.load(results / f"rank-{rank}.pt", weights_only=False) for rank in range(world_size)]
+
+
+def largest_difference(left: dict, right: dict) -> float:
+    assert left.keys() == right.keys(), sorted(set(left) ^ set(right))[:5]
+    return max(float((left[name] - right[name]).abs().max()) for name in left)
 
 
 def ranks_train(rank: int, world_size: int, config, steps: int, per_rank: int, port: int, results: str) -> None:

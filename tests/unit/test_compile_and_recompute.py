@@ -1,11 +1,13 @@
 """--compile and --activation-checkpointing through the loop on one CPU process: a compiled run's checkpoints resume
-without compiling and back, and recomputing the transformer's blocks changes the memory, not the weights."""
+without compiling and back, and recomputing the transformer's blocks (a pretrained model's decoder layers too) changes
+the memory, not the weights or the gradients."""
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
 
+import pandas as pd
 import pytest
 import torch
 
@@ -104,3 +106,47 @@ def test_recomputed_blocks_still_compile():
         block.compile()
     blocks(torch.randn(2, 4, requires_grad=True)).sum().backward()
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_recomputed_decoder_layers_give_a_pretrained_model_the_same_gradients(pretrained, single_process, family,
+                                                                            precision):
+    """The fine-tuning task's decoder layers (its `blocks`, which take keyword arguments) recomputed as the loop does,
+    in training mode with LoRA's dropout on and under the strategy's autocast (bf16 on CPU too): the same loss and
+    gradients as keeping the activations, and each layer run forward twice a micro-batch."""
+    from distributed_training.tasks import fine_tune
+    from distributed_training.training.strategy import DataParallel
+
+    options = fine_tune.Options(base_model=pretrained(family), max_length=16, lora_rank=4, lora_dropout=0.5)
+    task = load_task("distributed_training.tasks.fine_tune")
+    text = pd.DataFrame({"text": ["the red fox runs over the dog.", "the slow bird sings near the tree."] * 4})
+    batch = task.examples(fine_tune.tokenize(text, options), {}, options)
+    strategy = DataParallel(single_process, precision, grad_clip=0.0)
+    torch.manual_seed(0)
+    model = task.build_model({}, options).train()
+    for name, parameter in model.named_parameters():
+        if "lora_B" in name:  # LoRA's B starts at 0, which leaves A without a gradient
+            parameter.data.normal_(std=0.1)
+    calls, computed_in = [], set()
+    for block in task.blocks(model):
+        block.mlp.register_forward_pre_hook(lambda *_: calls.append(1) if torch.is_grad_enabled() else None)
+        block.mlp.register_forward_hook(lambda _module, _inputs, output: computed_in.add(output.dtype))
+
+    def loss_and_gradients():
+        model.zero_grad()
+        torch.manual_seed(1)  # the same dropout masks in both runs
+        with strategy.autocast():
+            loss = task.loss(model, batch)
+        loss.backward()
+        return float(loss.detach()), {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}
+
+    stored_loss, stored = loss_and_gradients()
+    assert len(calls) == 2 and all(float(gradient.abs().max()) > 0 for gradient in stored.values())
+    assert computed_in == {torch.bfloat16 if precision == "bf16" else torch.float32}
+    for block in task.blocks(model):
+        block.forward = recomputing(block.forward)
+    recomputed_loss, recomputed = loss_and_gradients()
+    assert len(calls) == 2 + 2 * 2  # the 2 layers forward in the forward pass, and again in the backward
+    assert recomputed_loss == stored_loss
+    assert max(float((recomputed[name] - stored[name]).abs().max()) for name in stored) <= 1e-6

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -137,3 +138,31 @@ def test_a_row_s_score_is_its_mean_loss_as_an_example_of_its_own(pretrained):
         (blocks,) = fine_tune.examples(fine_tune.tokenize(rows, options), {}, options)
         alone = [float(fine_tune.loss(model, (blocks[row:row + 1],))) for row in range(2)]
     assert scores.tolist() == pytest.approx(alone, rel=1e-5) and scores[0] != pytest.approx(scores[1])
+
+
+def test_a_run_starts_from_a_lora_run_s_adapters_or_its_whole_state(spark, tmp_path, pretrained):
+    """--init-from a LoRA run, whose checkpoints hold the adapters and not the frozen base (build_model makes it
+    again): --init-mode weights starts from its adapters (the new run's held-out loss before its first step is the
+    earlier run's last), --init-mode full goes on from a checkpoint's whole state and ends where the earlier run did."""
+    from distributed_training.training.checkpoints import tag_of
+
+    earlier, _ = staged(spark, dataclasses.replace(fine_tuning(tmp_path / "earlier", pretrained("llama"), lora_rank=4),
+                                                   max_steps=6, checkpoint_every_steps=3), world_size=1, rows=400)
+    first = train(earlier)
+
+    adapters = dataclasses.replace(earlier, output_dir=str(tmp_path / "weights"), init_from=earlier.output_dir,
+                                   max_steps=1)
+    shutil.copytree(earlier.staging_dir, adapters.staging_dir)  # as staging the same table again: the same rows
+    warm = train(adapters)
+    assert warm["start_held_out_loss"] == pytest.approx(first["held_out_loss"], rel=1e-5)
+    assert first["start_held_out_loss"] - first["held_out_loss"] > 0.05  # the base model's own would not pass
+
+    onward = dataclasses.replace(earlier, output_dir=str(tmp_path / "full"), init_mode="full",
+                                 init_from=os.path.join(earlier.checkpoint_dir, tag_of(3)))
+    shutil.copytree(earlier.staging_dir, onward.staging_dir)
+    continued = train(onward)
+    assert continued["resumed_from_step"] == 3 and continued["step"] == 6
+    ours, theirs = (torch.load(os.path.join(config.output_dir, MODEL_FILE), weights_only=True)
+                    for config in (onward, earlier))
+    assert ours.keys() == theirs.keys()
+    assert max(float((ours[name] - theirs[name]).abs().max()) for name in theirs) < 1e-6

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from distributed_training.config import LR_SCHEDULES, Config
+from distributed_training.data.staged import StagedData
 from distributed_training.data.staging import stage
 from distributed_training.files import write_atomically
 from distributed_training.task_interface import TaskError, load_task
@@ -208,6 +209,30 @@ def test_the_run_and_its_model_are_freed_before_the_process_group_stops(spark, t
 
     monkeypatch.setattr(ranks, "stop", stopping)
     assert train(config)["step"] == 2 and alive_at_stop == []
+
+
+def test_flops_per_token_count_the_whole_model_before_the_strategy_takes_it(spark, tmp_path, single_process,
+                                                                           monkeypatch):
+    """ZeRO 3 leaves each rank's parameters empty (0 elements outside a forward pass) once it holds the model: MFU's
+    count of the weights comes before the strategy prepares it (a ZeRO 3 run's MFU was its attention's alone)."""
+    config, _ = staged(spark, resolved_config(tmp_path, FARE, processes=1, epochs=1, max_steps=1), world_size=1,
+                       rows=400)
+    prepare, seen = DataParallel.prepare, []
+
+    def noted(self, model, *args):
+        prepare(self, model, *args)
+        seen.append("prepared")
+
+    def flops_per_token(model, options):
+        seen.append(sum(parameter.numel() for parameter in model.parameters()))
+        return 1.0
+
+    monkeypatch.setattr(DataParallel, "prepare", noted)
+    monkeypatch.setattr(load_task(FARE).module, "flops_per_token", flops_per_token, raising=False)
+    train(config)
+    whole = sum(p.numel() for p in load_task(FARE).build_model(StagedData.load(config.staging_dir).stats,
+                                                              config.task_options).parameters())
+    assert seen == [whole, "prepared"]
 
 
 def test_weight_decay_falls_on_matrices_only():

@@ -86,6 +86,8 @@ class Training:
             # fraction of the compiling), and under FSDP2 it runs between the hooks that gather and free its weights.
             for part in task.blocks(model):
                 part.compile()
+        # Counted on the whole model, before the strategy takes it: ZeRO 3 leaves each rank's parameters empty
+        flops = task.flops_per_token(model, config.task_options)
         strategy.prepare(model, lambda model: adamw(model, config.learning_rate, config.weight_decay, config.adam_betas,
                                                     task.parameter_groups(model, config.task_options)),
                          learning_rate_schedule(plan.updates, config.warmup_fraction, config.lr_schedule,
@@ -117,7 +119,6 @@ class Training:
         self.tracker = Tracker(config, process.is_main, environment, log)
         self.run_id = self.tracker.start(params(config, data, process, per_rank, strategy),
                                          resumed.get("mlflow_run_id") if resumed else None)
-        flops = task.flops_per_token(model, config.task_options)
         self.meter = StepMeter(process, flops, counts_tokens=task.counts_tokens)
         log(f"Training {config.task} with {config.engine} on {process.world_size} {process.device.type.upper()} "
             f"process(es) in {config.precision}: {per_rank} examples per rank, {plan.updates_per_epoch} optimizer "
