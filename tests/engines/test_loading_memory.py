@@ -8,7 +8,6 @@ materialised copy."""
 from __future__ import annotations
 
 import os
-import socket
 
 import psutil
 import pytest
@@ -17,13 +16,9 @@ import torch
 from distributed_training.tasks import fine_tune
 from distributed_training.training import ranks
 
+from support.equivalence import free_port
+
 pytestmark = pytest.mark.engine
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def load(rank: int, world_size: int, folder: str, port: int, results: str) -> None:
