@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every benchmark, one table: bash benchmarks/run.sh [--quick] [--only data memory generation engines reports] [--output FILE]
+# Every benchmark, one table: bash benchmarks/run.sh [--quick] [--only SECTION ...] [--output FILE] (--help lists them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SPARK_LOCAL_IP=127.0.0.1
