@@ -146,10 +146,10 @@ def assert_mlflow_holds_the_run(output: Path, metrics: dict, engine: str, task: 
     models = mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list")
     assert [model.source_run_id for model in models] == [run.info.run_id]
     model = mlflow.pytorch.load_model(models[0].model_uri)
-    if task == FINE_TUNE:  # the whole model, its frozen base included: the run's final weights
-        final = torch.load(output / MODEL_FILE, weights_only=True)
-        assert model.state_dict().keys() == final.keys()
-        assert all(torch.equal(value, final[name]) for name, value in model.state_dict().items())
+    if task == FINE_TUNE:  # the whole model, its frozen base included, behind the logits-only module MLflow logs
+        final, weights = torch.load(output / MODEL_FILE, weights_only=True), model.model.state_dict()
+        assert weights.keys() == final.keys()
+        assert all(torch.equal(value, final[name]) for name, value in weights.items())
     else:  # 3 miles, 15 minutes, at noon on a Wednesday: a metered fare of roughly 2.5 + 7.5 + 5 dollars
         trip = np.array([[3.0, 15.0, np.sin(np.pi), np.cos(np.pi), np.sin(3 * 2 * np.pi / 7),
                           np.cos(3 * 2 * np.pi / 7)]], dtype=np.float32)
