@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 from collections import Counter
+from functools import partial
 
 import torch
 import torch.multiprocessing
@@ -50,7 +51,8 @@ def prepared(config, process):
     task = load_task(config.task)
     torch.manual_seed(config.seed)
     strategy = strategies.create(config, process)
-    strategy.prepare(task.build_model(data.stats, config.task_options), sgd, lambda step: 1.0)
+    strategy.prepare(strategy.build(partial(task.build_model, data.stats, config.task_options)), sgd, lambda step: 1.0)
+    strategy.model.train()  # as the loop trains (a model from_pretrained loads is in eval mode)
     return task, data.stats, strategy
 
 

@@ -48,7 +48,7 @@ def save_two_sharded_checkpoints(rank: int, port: int, folder: str) -> None:
     process = ranks.start(use_gpu=False)
     torch.manual_seed(0)
     strategy = FullyShardedDataParallel(process, "fp32", grad_clip=1.0)
-    strategy.prepare(Blocks(), partial(adamw_of, learning_rate=1e-2), lambda step: 1.0)
+    strategy.prepare(strategy.build(Blocks), partial(adamw_of, learning_rate=1e-2), lambda step: 1.0)
     checkpoints = Checkpoints(folder, process, keep=2, run_identity={}, log=lambda *_: None)
     for step in (1, 2):
         features = torch.randn(16, 8, generator=torch.Generator().manual_seed(rank))

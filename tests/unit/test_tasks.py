@@ -3,7 +3,6 @@ a table as the ranks read it, the torch half states its loss against the trivial
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import subprocess
@@ -147,12 +146,13 @@ def test_the_language_model_under_fsdp2_returns_no_view_and_keeps_its_loss_and_g
 
     task = load_task(LANGUAGE)
     torch.manual_seed(0)
-    model = task.build_model({}, task.Options())
-    reference = copy.deepcopy(model)
+    reference = task.build_model({}, task.Options())
     blocks = torch.randint(0, VOCAB_SIZE, (3, task.PRESETS["tiny"][3] + 1), dtype=torch.int32)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         sharded = FullyShardedDataParallel(Process(0, 1, 0, torch.device("cpu")), "fp32", grad_clip=0.0)
+        torch.manual_seed(0)  # the reference's weights
+        model = sharded.build(lambda: task.build_model({}, task.Options()))
         sharded.prepare(model, lambda module: torch.optim.SGD(module.parameters(), lr=0.1), lambda step: 1.0)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

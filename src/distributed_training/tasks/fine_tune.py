@@ -386,7 +386,8 @@ def save_small_model(folder: str, texts: list[str], family: str = "llama", vocab
         "qwen2": lambda: transformers.Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                                   num_attention_heads=4, num_key_value_heads=2,
                                                   max_position_embeddings=1024, tie_word_embeddings=True, **shape),
-        "gpt2": lambda: transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=1024, **shape),
+        "gpt2": lambda: transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=1024, resid_pdrop=0.0,
+                                                embd_pdrop=0.0, attn_pdrop=0.0, **shape),  # no dropout, as Llama
     }[family]()
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)

@@ -71,13 +71,18 @@ class Training:
         self.plan = plan = Plan.of(config, len(self.batches), per_rank)
 
         self.strategy = strategy = strategies.create(config, process)
-        model = ranks.built_on_main(process, partial(task.build_model, data.stats, config.task_options))
         # --init-from: a new run starts from an earlier run's checkpoint; a rerun of this run resumes its own instead.
         own = complete_steps(config.checkpoint_dir) if config.resume else []
         source = named_checkpoint(config.init_from) if config.init_from and not own else None
-        if source and config.init_mode == "weights":
-            load_weights(model, strategies.checkpoint_weights(*source), os.path.join(*source))
-            log(f"--init-from: the model starts from the weights of {os.path.join(*source)}")
+
+        def build_model() -> torch.nn.Module:  # on the rank that loads the weights, or on the meta device
+            model = task.build_model(data.stats, config.task_options)
+            if source and config.init_mode == "weights" and torch.get_default_device().type != "meta":
+                load_weights(model, strategies.checkpoint_weights(*source), os.path.join(*source))
+                log(f"--init-from: the model starts from the weights of {os.path.join(*source)}")
+            return model
+
+        model = strategy.build(build_model)
         if config.activation_checkpointing:  # in place, so the weights keep their names
             for block in task.blocks(model):
                 block.forward = recomputing(block.forward)

@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, \
-    set_state_dict
+    set_model_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -21,7 +21,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from ..files import write_atomically
 from .checkpoints import DamagedCheckpoint, read_checkpoint_file
-from .ranks import Process
+from .ranks import Process, built_on_main
 
 HALF_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 STATE_FILE = "state.pt"
@@ -32,6 +32,10 @@ class Strategy:
 
     def __init__(self, process: Process, precision: str):
         self.process, self.precision = process, precision
+
+    def build(self, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+        """The model `build()` makes, for prepare: loaded on rank 0 alone, its weights sent to the others."""
+        return built_on_main(self.process, build)
 
     def to_device(self, batch: tuple) -> tuple:
         return tuple(tensor.to(self.process.device, non_blocking=True) for tensor in batch)
@@ -121,14 +125,31 @@ class FullyShardedDataParallel(DataParallel):
 
     scaler_type = ShardedGradScaler
 
+    def build(self, build: Callable[[], torch.nn.Module]) -> torch.nn.Module:
+        """The model's structure on the meta device on every rank, which prepare shards before any weight exists;
+        rank 0 also builds it for real, on the CPU, to send each rank its shards from (no rank holds a whole model
+        on its device, and a node one in CPU memory)."""
+        with torch.random.fork_rng(devices=[]):  # building draws no random number of the run's
+            self.loaded = build() if self.process.is_main else None
+            with torch.device("meta"):
+                return build()
+
     def prepare(self, model: torch.nn.Module, make_optimizer: Callable, schedule: Callable[[int], float]) -> None:
         mesh = init_device_mesh(self.process.device.type, (self.process.world_size,))
         policy = MixedPrecisionPolicy(param_dtype=HALF_TYPES.get(self.precision), reduce_dtype=torch.float32)
-        model.to(self.process.device)
         blocks = [block for parent in model.modules() if isinstance(parent, torch.nn.ModuleList) for block in parent]
         for block in reversed(blocks):  # a unit nested in another is sharded first
             fully_shard(block, mesh=mesh, mp_policy=policy)
         self.model = self.module = self.inference_model = fully_shard(model, mesh=mesh, mp_policy=policy)
+        self.model.to_empty(device=self.process.device)  # each rank's shards, unset
+        loaded, self.loaded = self.loaded, None
+        set_model_state_dict(self.model, loaded.state_dict() if loaded else {},
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        for name, buffer in self.model.named_buffers():  # whole on every rank; some not in a state dict (RoPE's)
+            if loaded:
+                buffer.copy_(loaded.get_buffer(name))
+            torch.distributed.broadcast(buffer, src=0)
+        del loaded
         self.optimizer = make_optimizer(self.module)
         self.scheduler = LambdaLR(self.optimizer, schedule)
 
@@ -200,7 +221,7 @@ def sharded_metadata(folder: str):
 
 
 def checkpoint_weights(directory: str, tag: str) -> dict[str, torch.Tensor]:
-    """The model's float32 weights in a checkpoint any strategy wrote (--init-from reads them on every rank)."""
+    """The model's float32 weights in a checkpoint any strategy wrote (--init-from reads them on the loading rank)."""
     state_file = os.path.join(directory, tag, STATE_FILE)
     if os.path.exists(state_file):
         return read_checkpoint_file(state_file, map_location="cpu", weights_only=True)["model"]
