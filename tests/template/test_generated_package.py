@@ -20,9 +20,10 @@ TASKS = ("fare_regression", "causal_lm", "fine_tune")
 # The tooling's folder (validate, run, advise, the template's answers) and the built-in tasks (the chosen one is
 # task.py). Never in a project (it gets the tooling from its `test` extra).
 GENERATION_ONLY = ("tooling", "tasks")
-MAX_LINES = 3_083  # 3,000; 37 for the optimizer's and schedule's options, 22 for the starting model's evaluation and
-# checkpoints without frozen parameters, 22 for building the model on rank 0 alone, 2 for evaluating in micro-batches
-# (issue 37 allows up to 3,400 for what every task gains)
+MAX_LINES = 3_096  # 3,000; 37 for the optimizer's and schedule's options, 22 for the starting model's evaluation and
+# checkpoints without frozen parameters, 22 for building the model on rank 0 alone, 2 for evaluating in micro-batches,
+# 13 for the task's optional save_pretrained and the folder written whole (issue 37 allows up to 3,400 for what every
+# task gains)
 
 
 def package_of(project: Path) -> Path:
