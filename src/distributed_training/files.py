@@ -5,6 +5,7 @@ never half."""
 import json
 import os
 import shutil
+import uuid
 from typing import BinaryIO, Callable
 
 
@@ -34,11 +35,10 @@ def write_text(path: str, text: str, mode: int | None = None) -> None:
 
 def write_folder_atomically(path: str, write: Callable[[str], object]) -> None:
     """`write(folder)` fills a folder beside `path`, which then replaces `path` (an earlier one is deleted only once
-    the new one is in place). One writer at a time: a rerun deletes what a killed one left half-written."""
+    the new one is in place). The folders beside it are this writer's own: writers of one shared output (two score
+    jobs) never delete each other's; a writer killed mid-write leaves its `.partial-*` folder."""
     path = path.rstrip("/")
-    partial, replaced = f"{path}.partial", f"{path}.replaced"
-    for leftover in (partial, replaced):
-        shutil.rmtree(leftover, ignore_errors=True)
+    partial, replaced = (f"{path}.{kind}-{uuid.uuid4().hex[:8]}" for kind in ("partial", "replaced"))
     try:
         write(partial)
         if os.path.exists(path):

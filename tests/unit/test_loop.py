@@ -322,7 +322,7 @@ def test_an_interrupted_write_leaves_no_file_under_the_real_name(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_folder_is_replaced_whole_and_a_killed_write_s_leftover_goes_on_the_rerun(tmp_path):
+def test_a_folder_is_replaced_whole_and_another_writer_s_folder_beside_it_is_left_alone(tmp_path):
     target = tmp_path / "hf_model"
 
     def write(*names):
@@ -338,9 +338,10 @@ def test_a_folder_is_replaced_whole_and_a_killed_write_s_leftover_goes_on_the_re
     with pytest.raises(KeyboardInterrupt):
         write_folder_atomically(str(target), write("new", "half"))
     assert [path.name for path in tmp_path.iterdir()] == ["hf_model"] and os.listdir(target) == ["old"]
-    write("stale")(f"{target}.partial")  # what a process killed mid-write (SIGKILL: no cleanup) leaves beside it
+    write("theirs")(f"{target}.partial-0123abcd")  # another writer's, mid-write (two score jobs, one output)
     write_folder_atomically(str(target), write("new"))
-    assert [path.name for path in tmp_path.iterdir()] == ["hf_model"] and os.listdir(target) == ["new"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["hf_model", "hf_model.partial-0123abcd"]
+    assert os.listdir(target) == ["new"] and os.listdir(f"{target}.partial-0123abcd") == ["theirs"]
 
 
 def test_the_newest_checkpoint_is_resumed_and_only_the_newest_are_kept(tmp_path, single_process):
