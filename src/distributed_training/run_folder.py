@@ -12,6 +12,7 @@ from contextlib import contextmanager
 LOCK_FILE = ".train.lock"
 METRICS_FILE = "metrics.json"
 MODEL_FILE = "model.pt"  # the torch loop's final weights (a state dict), which `score` loads
+HF_MODEL_DIR = "hf_model"  # the trained model in Hugging Face format, where the task saves it (`save_pretrained`)
 
 
 class FolderInUse(ValueError):

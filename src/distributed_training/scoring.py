@@ -11,14 +11,13 @@ import dataclasses
 import functools
 import json
 import os
-import shutil
 import sys
 import time
-import uuid
 
 from .config import DEFAULT_TASK, PACKAGE, SPARK_ML_ENGINE, STAGING_DIR, task_options, whole
 from .data.staged import StagedData
 from .data.staging import TableError, cause, column, fingerprint, looks_like_path, read_table, spark_errors, split
+from .files import write_folder_atomically
 from .run_folder import METRICS_FILE, MODEL_FILE
 from .task_interface import SCORING, TaskError, load_task
 
@@ -264,14 +263,5 @@ def write(rows, output: str) -> int:
     if not looks_like_path(output):
         rows.write.mode("overwrite").option("overwriteSchema", "true").saveAsTable(output)
         return rows.sparkSession.table(output).count()
-    output = output.rstrip("/")
-    partial, replaced = (f"{output}.{kind}-{uuid.uuid4().hex[:8]}" for kind in ("partial", "replaced"))
-    try:
-        rows.write.parquet(partial)
-        if os.path.exists(output):
-            os.rename(output, replaced)
-        os.rename(partial, output)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    shutil.rmtree(replaced, ignore_errors=True)  # only once the new output is in place
+    write_folder_atomically(output, rows.write.parquet)
     return rows.sparkSession.read.parquet(output).count()

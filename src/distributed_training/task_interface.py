@@ -8,6 +8,8 @@ import inspect
 import traceback
 from typing import TYPE_CHECKING, Protocol
 
+from .files import write_folder_atomically
+
 
 # The names every task module defines: the launchers, staging, the loop, checkpoints and tracking know a task only by
 # them and its optional parts. A module follows this Protocol by having them; it need not name it.
@@ -109,6 +111,14 @@ class LoadedTask(_TaskParts):
     # FSDP2's are sharded); weight decay falls on each group's matrices only. Without it: None, one group of them all.
     def parameter_groups(self, model, options) -> list[dict] | None:
         return self.module.parameter_groups(model, options) if hasattr(self.module, "parameter_groups") else None
+
+    # Optional, for a model that serving stacks load in Hugging Face format (the fine-tuning task's), on rank 0 at the
+    # run's end. save_pretrained(model, folder, options): the trained model (build_model's, with the final weights)
+    # written into `folder`, which it creates. Here the folder is filled beside its place, then renamed into it.
+    # Without it: nothing, and no folder.
+    def save_pretrained(self, model, folder: str, options) -> None:
+        if hasattr(self.module, "save_pretrained"):
+            write_folder_atomically(folder, lambda partial: self.module.save_pretrained(model, partial, options))
 
 
 class TaskError(ValueError):

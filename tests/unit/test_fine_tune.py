@@ -1,10 +1,12 @@
 """The fine-tuning task (tasks/fine_tune.py) through the real staging and loop on one process, on small pretrained
-models made here (support/pretrained.py): the loss falls below the base model's, LoRA trains only its adapters, the
-prompt's tokens carry no loss, the staged ids keep their width and flags."""
+models made here (support/pretrained.py): the loss falls below the base model's, the run leaves the model in Hugging
+Face format, LoRA trains only its adapters, the prompt's tokens carry no loss, the staged ids keep their width and
+flags."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 
@@ -15,7 +17,7 @@ import torch
 from torch.nn import functional as F
 
 from distributed_training.data.staged import StagedData
-from distributed_training.run_folder import MODEL_FILE
+from distributed_training.run_folder import HF_MODEL_DIR, MODEL_FILE
 from distributed_training.tasks import fine_tune
 from distributed_training.training.loop import train
 
@@ -31,16 +33,55 @@ def fine_tuning(tmp_path, base: str, **options):
                            warmup_fraction=0.1, task_options=task_options)
 
 
-@pytest.mark.parametrize("family, data, lora_rank", [("llama", {}, 8), ("gpt2", SUPERVISED, 8),
-                                                     ("llama", SUPERVISED, 0)])
-def test_fine_tuning_lowers_the_held_out_loss_below_the_base_model_s(spark, tmp_path, pretrained, family, data,
-                                                                     lora_rank):
-    config, _ = staged(spark, fine_tuning(tmp_path, pretrained(family), lora_rank=lora_rank, **data), world_size=1,
-                       rows=1200)
+@pytest.mark.parametrize("family, data, lora_rank, merge", [("llama", {}, 8, False), ("gpt2", SUPERVISED, 8, True),
+                                                            ("llama", SUPERVISED, 0, False)])
+def test_fine_tuning_lowers_the_held_out_loss_and_leaves_the_model_in_hugging_face_format(spark, tmp_path, pretrained,
+                                                                                          family, data, lora_rank,
+                                                                                          merge):
+    config, _ = staged(spark, fine_tuning(tmp_path, pretrained(family), lora_rank=lora_rank, merge_adapters=merge,
+                                          **data), world_size=1, rows=1200)
     metrics = train(config)
     assert metrics["held_out_loss"] < 0.95 * metrics["start_held_out_loss"]  # the base model's, on the same tokens
     if not data:  # continued pre-training: the grammar beats word frequencies (responses take longer than 20 steps)
         assert metrics["held_out_loss"] < metrics["baseline_loss"]
+    hugging_face_models_give_the_trained_logits(config)
+
+
+def hugging_face_models_give_the_trained_logits(config):
+    """The run's hf_model/ loads with transformers (and peft, for LoRA's adapters) alone, without this project's code,
+    and gives the logits of the trained model (build_model with model.pt's weights) on held-out ids."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    options, folder = config.task_options, os.path.join(config.output_dir, HF_MODEL_DIR)
+    data = StagedData.load(config.staging_dir)
+    inputs, _ = fine_tune.inputs_and_targets(fine_tune.examples(data.shard("test", 0, 1), data.stats, options))
+    inputs = inputs[:4].long()
+    trained = fine_tune.build_model(data.stats, options)
+    trained.load_state_dict(torch.load(os.path.join(config.output_dir, MODEL_FILE), weights_only=True))
+
+    def logits(model):
+        with torch.no_grad():
+            return model.eval()(input_ids=inputs).logits
+
+    expected = logits(trained)
+    assert AutoTokenizer.from_pretrained(folder)("the red fox")["input_ids"] == fine_tune.tokenizer_of(
+        options.base_model)("the red fox")["input_ids"]
+    if options.lora_rank == 0:
+        assert {"model.safetensors", "config.json", "generation_config.json"} <= set(os.listdir(folder))
+        assert float((logits(AutoModelForCausalLM.from_pretrained(folder)) - expected).abs().max()) <= 1e-6
+        return
+    with open(os.path.join(folder, "adapter_config.json")) as file:
+        assert json.load(file)["base_model_name_or_path"] == options.base_model
+    assert "model.safetensors" not in os.listdir(folder)  # the adapters alone: the base model is --base-model's
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(options.base_model), folder)
+    assert float((logits(adapted) - expected).abs().max()) <= 1e-6
+    merged = os.path.join(folder, fine_tune.MERGED_DIR)
+    assert os.path.exists(merged) == options.merge_adapters
+    if options.merge_adapters:  # W + s BA in one matrix: float32's rounding differs from W x + s B(A x)'s
+        assert float((logits(AutoModelForCausalLM.from_pretrained(merged)) - expected).abs().max()) <= 1e-4
+        assert AutoTokenizer.from_pretrained(merged)("the red fox")["input_ids"] == AutoTokenizer.from_pretrained(
+            folder)("the red fox")["input_ids"]
 
 
 def test_lora_leaves_every_base_weight_bit_for_bit_and_trains_its_adapters(spark, tmp_path, pretrained):

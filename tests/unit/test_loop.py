@@ -8,7 +8,9 @@ import copy
 import dataclasses
 import gc
 import json
+import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +18,8 @@ import torch
 from distributed_training.config import LR_SCHEDULES, Config
 from distributed_training.data.staged import StagedData
 from distributed_training.data.staging import stage
-from distributed_training.files import write_atomically
+from distributed_training.files import write_atomically, write_folder_atomically
+from distributed_training.run_folder import HF_MODEL_DIR
 from distributed_training.task_interface import TaskError, load_task
 from distributed_training.training import ranks
 from distributed_training.training import loop
@@ -192,6 +195,7 @@ def test_a_run_killed_after_its_last_checkpoint_finishes_on_its_rerun(spark, tmp
     rerun = train(config)
     assert rerun["resumed_from_step"] == 5 and rerun["step"] == 5
     assert rerun["epochs"] == first["epochs"] and (tmp_path / "model.pt").exists()
+    assert not (tmp_path / HF_MODEL_DIR).exists()  # the fare task has no save_pretrained
     assert json.loads((tmp_path / "metrics.json").read_text())["final"] == first["final"]
 
 
@@ -316,6 +320,28 @@ def test_an_interrupted_write_leaves_no_file_under_the_real_name(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         write_atomically(str(target), write_half_then_die)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_is_replaced_whole_and_another_writer_s_folder_beside_it_is_left_alone(tmp_path):
+    target = tmp_path / "hf_model"
+
+    def write(*names):
+        def fill(folder):
+            os.makedirs(folder)
+            for name in names:
+                (Path(folder) / name).write_text(name)
+            if "half" in names:
+                raise KeyboardInterrupt
+        return fill
+
+    write_folder_atomically(str(target), write("old"))
+    with pytest.raises(KeyboardInterrupt):
+        write_folder_atomically(str(target), write("new", "half"))
+    assert [path.name for path in tmp_path.iterdir()] == ["hf_model"] and os.listdir(target) == ["old"]
+    write("theirs")(f"{target}.partial-0123abcd")  # another writer's, mid-write (two score jobs, one output)
+    write_folder_atomically(str(target), write("new"))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["hf_model", "hf_model.partial-0123abcd"]
+    assert os.listdir(target) == ["new"] and os.listdir(f"{target}.partial-0123abcd") == ["theirs"]
 
 
 def test_the_newest_checkpoint_is_resumed_and_only_the_newest_are_kept(tmp_path, single_process):

@@ -119,6 +119,14 @@ def test_too_little_text_for_one_block_says_what_to_do():
     assert blocks.shape == (0, 65)  # a rank's empty held-out share
 
 
+def test_a_task_without_save_pretrained_writes_no_hugging_face_folder(tmp_path):
+    for name in TASKS:  # the from-scratch tasks have no Hugging Face form: the default does nothing
+        task = load_task(name)
+        assert task.lacks(("save_pretrained",)) == ["save_pretrained"]
+        task.save_pretrained(torch.nn.Linear(2, 1), str(tmp_path / "hf_model"), task.Options())
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_module_without_the_seam_is_refused_with_what_it_lacks():
     with pytest.raises(TaskError, match="lacks DEFAULT_TABLE"):
         load_task("distributed_training.files")

@@ -19,8 +19,10 @@ token wasted; attention runs across an example's end inside a block) or padding 
 training split's tokens (the trivial predictor), and the run reports the base model's own held-out loss at its start.
 """
 
+import copy
 import functools
 import math
+import os
 import random
 from dataclasses import dataclass, field
 
@@ -64,6 +66,9 @@ class Options:
     lora_targets: str = field(default="", metadata={
         "help": "the modules LoRA adapts, comma-separated (default: the attention and MLP projections of the model's "
                 "family)"})
+    merge_adapters: bool = field(default=False, metadata={
+        "help": "with LoRA, also save the model with its adapters merged into the weights (a full copy of the model, "
+                "in hf_model/merged/) for a server that cannot load adapters"})
 
 
 # ---------------------------------------------------------------- Spark side: from the table to token ids
@@ -360,6 +365,22 @@ def exported_model(model, stats: dict, batch) -> tuple:
     inputs, _ = inputs_and_targets(batch)
     example = inputs[:2, :8] if len(inputs) >= 2 else torch.zeros((2, 8), dtype=torch.long)
     return NextTokenLogits(model).eval(), example.cpu().numpy()
+
+
+MERGED_DIR = "merged"  # in the run's Hugging Face folder: the LoRA model merged (--merge-adapters)
+
+
+def save_pretrained(model, folder: str, options: Options) -> None:
+    """The trained model in Hugging Face format, with the base model's tokenizer: in full, the model (safetensors,
+    config.json, generation_config.json); with LoRA, the adapters (adapter_model.safetensors, and adapter_config.json,
+    whose base_model_name_or_path is --base-model), and with --merge-adapters the merged model in MERGED_DIR too."""
+    tokenizer = tokenizer_of(options.base_model)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    if options.lora_rank and options.merge_adapters:
+        merged = os.path.join(folder, MERGED_DIR)
+        copy.deepcopy(model).merge_and_unload().save_pretrained(merged)  # a copy: merging changes the model in place
+        tokenizer.save_pretrained(merged)
 
 
 # ---------------------------------------------------------------- a small model, to try the task without a download

@@ -16,7 +16,7 @@ import torch
 from ..config import Config
 from ..data.staged import StagedData
 from ..files import write_atomically, write_json
-from ..run_folder import METRICS_FILE, MODEL_FILE
+from ..run_folder import HF_MODEL_DIR, METRICS_FILE, MODEL_FILE
 from ..task_interface import TaskError, check_examples, check_metrics, load_task
 from . import ranks, strategy as strategies
 from .checkpoints import Checkpoints, complete_steps, named_checkpoint, options_identity
@@ -227,12 +227,13 @@ class Training:
             "staged_data": self.data.directory, "metrics_file": os.path.join(config.output_dir, METRICS_FILE),
             "mlflow_run_id": self.run_id, "job_run_id": config.job_run_id, "init_from": config.init_from}
         weights = self.strategy.full_state_dict()  # a collective under ZeRO 3: every rank takes part
-        if process.is_main:  # the model before the metrics: a run with metrics.json is finished, its model there
+        if process.is_main:  # the models before the metrics: a run with metrics.json is finished, its models there
             write_atomically(os.path.join(config.output_dir, MODEL_FILE), lambda file: torch.save(weights, file))
-            write_json(metrics["metrics_file"], metrics)
-            self.tracker.log_file(metrics["metrics_file"])
             trained = self.task.build_model(self.data.stats, config.task_options)
             trained.load_state_dict(weights)
+            self.task.save_pretrained(trained, os.path.join(config.output_dir, HF_MODEL_DIR), config.task_options)
+            write_json(metrics["metrics_file"], metrics)
+            self.tracker.log_file(metrics["metrics_file"])
             self.tracker.log_model(*self.task.exported_model(trained.eval(), self.data.stats, self.held_out))
         return metrics
 
