@@ -1,7 +1,8 @@
 """A rendered bundle's jobs, run on this machine the way the platform runs them (tests/support/local_platform.py):
 each run its own job run id and folder; a new run trains from the start, a retry and a repair resume their own run
-and end where an uninterrupted run ends; the serverless GPU job's two tasks meet in their own run's folder; and the
-jobs of a project whose task.py was replaced still run.
+and end where an uninterrupted run ends; the serverless GPU job's two tasks meet in their own run's folder; the jobs
+of a project whose task.py was replaced still run; and the fine-tuning task's jobs fine-tune the base model the bundle
+variable names (the session's small pretrained Llama), classic and serverless, with LoRA or in full.
 
 The kills are SIGKILL to a task's process and every process it started (a lost node), once the run has a complete
 checkpoint.
@@ -10,6 +11,7 @@ checkpoint.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from distributed_training.training.checkpoints import complete_steps
 
@@ -38,23 +41,37 @@ def workspace():
 
 
 @pytest.fixture(scope="module")
-def platform_of(spark, workspace, render_into, tmp_path_factory):
+def platform_of(spark, workspace, render_into, tmp_path_factory, pretrained):
     """A LocalPlatform for a project rendered from these answers (one per answers, for the module), its tables the
-    project's own samples; `replace_task` copies that file over the project's task.py first."""
+    project's own samples, and for the fine-tuning task the session's small pretrained Llama as the base_model
+    variable; `replace_task` copies that file over the project's task.py first, and `train_options` (by engine) are
+    added to that engine's job's `train` arguments, as a user adds a task's option to a job."""
     platforms = {}
 
-    def make(replace_task: str | None = None, **answers) -> LocalPlatform:
-        key = (replace_task, tuple(sorted(answers.items())))
+    def make(replace_task: str | None = None, train_options: dict[str, tuple[str, ...]] | None = None,
+             **answers) -> LocalPlatform:
+        key = (replace_task, tuple(sorted((train_options or {}).items())), tuple(sorted(answers.items())))
         if key not in platforms:
             root = tmp_path_factory.mktemp("platform")
             project = render_into(root / "out", **answers)
             if replace_task:
                 shutil.copy(project / replace_task, project / "src" / "my_training" / "task.py")
-            tables = sample_tables(spark, project, root / "tables")
-            platforms[key] = LocalPlatform(project, root / "workspace", workspace, variables=tables)
+            for engine, options in (train_options or {}).items():
+                job_file = project / "resources" / f"train_{engine}.job.yml"
+                job_file.write_text(with_train_options(job_file.read_text(), options))
+            variables = sample_tables(spark, project, root / "tables")
+            if answers.get("task") == "fine_tune":
+                variables["base_model"] = pretrained("llama")
+            platforms[key] = LocalPlatform(project, root / "workspace", workspace, variables=variables)
         return platforms[key]
 
     return make
+
+
+def with_train_options(job_file: str, options: tuple[str, ...]) -> str:
+    """A job file's text with `options` before the --epochs of its `train` arguments."""
+    return re.sub(r"^( *)- --epochs$", lambda found: "".join(f"{found[1]}- {option}\n" for option in options)
+                  + found[0], job_file, flags=re.MULTILINE)
 
 
 def run_folder(platform: LocalPlatform, engine: str, run) -> Path:
@@ -213,3 +230,84 @@ def test_with_task_py_replaced_by_the_example_every_job_runs_and_validate_names_
     assert result.returncode == 1, result.stdout
     assert "[unknown-train-option] job train_deepspeed passes --model-size to train" in result.stdout
     assert "fix: remove '--model-size' from the job's parameters" in result.stdout
+
+
+FULL_FINE_TUNING = ("--lora-rank", "0")
+# An epoch of the fine-tuning sample is a step, its evaluation and a checkpoint (about a second on 2 busy cores): after
+# the first, three more leave the kill seconds to land mid-run.
+FINE_TUNING_KILLED_EPOCHS = {"epochs": "4"}
+# The fine-tuning project's classic jobs: DeepSpeed's fine-tunes every weight, the others train LoRA adapters.
+FINE_TUNING = {"engine": "all", "task": "fine_tune", "train_options": {"deepspeed": FULL_FINE_TUNING}}
+
+
+def assert_fine_tuned(platform: LocalPlatform, engine: str, run) -> dict:
+    """The run's metrics, once its held-out loss is below the base model's on the same rows and its MLflow run
+    finished."""
+    assert_succeeded(run)
+    metrics = metrics_of(platform, engine, run)
+    assert metrics["held_out_loss"] < metrics["start_held_out_loss"], metrics
+    assert metrics["job_run_id"] == str(run.run_id)
+    assert mlflow_run(platform, metrics["mlflow_run_id"]).info.status == "FINISHED"
+    return metrics
+
+
+def test_the_fine_tuning_job_trains_its_base_model_in_a_run_of_its_own_and_a_repair_ends_as_an_uninterrupted_run(
+        platform_of):
+    """torch_distributor with LoRA: a run, then another killed after its first checkpoint in its first attempt and in
+    its retry, repaired: it resumes in its own folder, from the base model the bundle variable names, and ends with
+    the held-out loss of the uninterrupted run."""
+    engine = "torch_distributor"
+    platform = platform_of(**FINE_TUNING)
+    uninterrupted = platform.run_job(f"train_{engine}", FINE_TUNING_KILLED_EPOCHS)
+    reference = assert_fine_tuned(platform, engine, uninterrupted)
+    assert reference["resumed_from_step"] is None
+
+    killed = Interrupt("train", first_checkpoint_done(platform, engine), attempts=(0, 1))
+    repaired = platform.run_job(f"train_{engine}", FINE_TUNING_KILLED_EPOCHS, interrupt=killed)
+    assert [attempt.state for attempt in repaired.attempts] == ["FAILED", "FAILED"], repaired.report()
+    platform.repair(repaired)
+    metrics = assert_fine_tuned(platform, engine, repaired)
+    assert repaired.run_id != uninterrupted.run_id and metrics["mlflow_run_id"] != reference["mlflow_run_id"]
+    assert resumed_mid_run(metrics) and "using the data staged at" in repaired.latest("train").output
+    assert metrics["start_held_out_loss"] == reference["start_held_out_loss"]  # the base model's, kept by the resume
+    assert metrics["held_out_loss"] == pytest.approx(reference["held_out_loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("engine", ["deepspeed", "ray"])
+def test_every_engine_s_fine_tuning_job_lowers_the_base_model_s_held_out_loss(platform_of, engine, pretrained,
+                                                                              request):
+    """DeepSpeed in full (--lora-rank 0 added to its job: every weight trained), Ray with LoRA (the base weights as they
+    were, beside the adapters)."""
+    if engine == "deepspeed":
+        request.getfixturevalue("deepspeed_op_built")
+    platform = platform_of(**FINE_TUNING)
+    run = platform.run_job(f"train_{engine}", EPOCHS)
+    metrics = assert_fine_tuned(platform, engine, run)
+    assert [epoch["epoch"] for epoch in metrics["epochs"]] == [1, 2] and metrics["resumed_from_step"] is None
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(pretrained("llama")).state_dict()
+    trained = torch.load(run_folder(platform, engine, run) / "model.pt", weights_only=True)
+    adapters = [name for name in trained if "lora_" in name]
+    as_base = {name.replace("base_model.model.", "").replace(".base_layer", ""): value
+               for name, value in trained.items() if "lora_" not in name}
+    assert as_base.keys() == base.keys()
+    changed = [name for name in base if not torch.equal(as_base[name], base[name])]
+    if FINE_TUNING["train_options"].get(engine) == FULL_FINE_TUNING:
+        assert not adapters and changed == list(base)
+    else:
+        assert adapters and not changed
+
+
+def test_the_serverless_fine_tuning_job_stages_with_the_base_model_and_its_gpu_task_fine_tunes_it(platform_of,
+                                                                                                  pretrained):
+    """The stage task tokenizes with the tokenizer of the base model the bundle variable names and hands the run's
+    config, that model in it, to the GPU task, which fine-tunes it with LoRA under torchrun."""
+    engine = "torch_distributor"
+    platform = platform_of(compute="serverless_gpu", engine=engine, task="fine_tune")
+    run = platform.run_job(f"train_{engine}", EPOCHS)
+    assert [(attempt.task_key, attempt.state) for attempt in run.attempts] == [
+        ("stage", SUCCESS), ("train", SUCCESS)], run.report()
+    assert_fine_tuned(platform, engine, run)
+    config = json.loads((run_folder(platform, engine, run) / "torchrun" / "config.json").read_text())
+    assert config["task_options"]["base_model"] == pretrained("llama") and config["task_options"]["lora_rank"] == 16
