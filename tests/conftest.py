@@ -7,6 +7,12 @@ import sys
 
 import pytest
 
+# OpenMP's threads wait for work asleep, not spinning: torch in a test process takes a thread per core, and the
+# suite runs a pytest-xdist worker per core, so two spinning threads take each other's core (measured at a load
+# average of 4: a small matrix multiply's forward and backward 11 times slower, in CPU time as in wall time). Set
+# before anything imports torch; every process the tests start inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def pytest_collection_modifyitems(items):
     """The engine tests first, in their order, then the rest: with a pytest-xdist worker per core (scripts/test.sh),
@@ -16,11 +22,12 @@ def pytest_collection_modifyitems(items):
 
 
 # Modules whose module-scoped fixtures are dear (a venv with torch and DeepSpeed installed; two Spark ML runs started
-# at once; DDP ranks' weights that several comparisons share): each runs on one pytest-xdist worker, or every worker
-# that takes one of its tests pays for the fixture again. xdist's own `xdist_group` mark cannot say this under pytest 9,
-# which ignores the group suffix xdist writes into a test's id.
+# at once; DDP ranks' weights that several comparisons share; staged fine-tuning data and a LoRA run): each runs on one
+# pytest-xdist worker, or every worker that takes one of its tests pays for the fixture again. xdist's own
+# `xdist_group` mark cannot say this under pytest 9, which ignores the group suffix xdist writes into a test's id.
 ONE_WORKER_MODULES = ("tests/template/test_generated_project.py", "tests/engines/test_spark_ml_connect.py",
-                      "tests/engines/test_distributed_equivalence.py", "tests/engines/test_fine_tune_equivalence.py")
+                      "tests/engines/test_distributed_equivalence.py", "tests/engines/test_fine_tune_equivalence.py",
+                      "tests/unit/test_fine_tune.py")
 
 
 @pytest.hookimpl(optionalhook=True)

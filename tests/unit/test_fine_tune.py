@@ -27,19 +27,52 @@ FINE_TUNE = "distributed_training.tasks.fine_tune"
 SUPERVISED = {"prompt_column": "instruction", "response_column": "response"}
 
 
-def fine_tuning(tmp_path, base: str, **options):
+def fine_tuning(output_dir, base: str, staging: str | None = None, **options):
+    """A one-process run's config; with `staging`, a copy of that staged data as its own (as staging the same rows
+    again would make)."""
     task_options = fine_tune.Options(base_model=base, max_length=32, **options)
-    return resolved_config(tmp_path, FINE_TUNE, processes=1, epochs=1, max_steps=40, batch_size=16,
-                           warmup_fraction=0.1, task_options=task_options)
+    config = resolved_config(output_dir, FINE_TUNE, processes=1, epochs=1, max_steps=40, batch_size=16,
+                             warmup_fraction=0.1, task_options=task_options)
+    if staging:
+        shutil.copytree(staging, config.staging_dir)
+    return config
+
+
+@pytest.fixture(scope="module")
+def staged_once(spark, pretrained, tmp_path_factory):
+    """`staging(data)`: the sample table's text ({}) or its prompts and responses (SUPERVISED) staged for one process,
+    once a module: the folder each run copies. The Llama's tokenizer stages them; the GPT-2's is the same (both are
+    trained on the same text: support/pretrained.py), so both models read the same ids."""
+    assert fine_tune.tokenizer_of(pretrained("llama")).get_vocab() == \
+        fine_tune.tokenizer_of(pretrained("gpt2")).get_vocab()
+    folders = {}
+
+    def staging(data: dict) -> str:
+        key = tuple(sorted(data.items()))
+        if key not in folders:
+            config = fine_tuning(tmp_path_factory.mktemp("staged"), pretrained("llama"), **data)
+            folders[key] = staged(spark, config, world_size=1, rows=1200)[0].staging_dir
+        return folders[key]
+
+    return staging
+
+
+@pytest.fixture(scope="module")
+def lora_run(staged_once, pretrained, tmp_path_factory):
+    """A LoRA fine-tune of the Llama on the text, 6 steps with a checkpoint every 3: its config and metrics, for the
+    tests that read what it wrote or start from it (none writes into its folder)."""
+    config = fine_tuning(tmp_path_factory.mktemp("lora"), pretrained("llama"), staged_once({}), lora_rank=4)
+    config = dataclasses.replace(config, max_steps=6, checkpoint_every_steps=3)
+    return config, train(config)
 
 
 @pytest.mark.parametrize("family, data, lora_rank, merge", [("llama", {}, 8, False), ("gpt2", SUPERVISED, 8, True),
                                                             ("llama", SUPERVISED, 0, False)])
-def test_fine_tuning_lowers_the_held_out_loss_and_leaves_the_model_in_hugging_face_format(spark, tmp_path, pretrained,
-                                                                                          family, data, lora_rank,
-                                                                                          merge):
-    config, _ = staged(spark, fine_tuning(tmp_path, pretrained(family), lora_rank=lora_rank, merge_adapters=merge,
-                                          **data), world_size=1, rows=1200)
+def test_fine_tuning_lowers_the_held_out_loss_and_leaves_the_model_in_hugging_face_format(tmp_path, pretrained,
+                                                                                          staged_once, family, data,
+                                                                                          lora_rank, merge):
+    config = fine_tuning(tmp_path, pretrained(family), staged_once(data), lora_rank=lora_rank, merge_adapters=merge,
+                         **data)
     metrics = train(config)
     assert metrics["held_out_loss"] < 0.95 * metrics["start_held_out_loss"]  # the base model's, on the same tokens
     if not data:  # continued pre-training: the grammar beats word frequencies (responses take longer than 20 steps)
@@ -84,14 +117,12 @@ def hugging_face_models_give_the_trained_logits(config):
             folder)("the red fox")["input_ids"]
 
 
-def test_lora_leaves_every_base_weight_bit_for_bit_and_trains_its_adapters(spark, tmp_path, pretrained):
-    base = pretrained("llama")
-    config, _ = staged(spark, fine_tuning(tmp_path, base, lora_rank=4), world_size=1, rows=400)
-    train(dataclasses.replace(config, max_steps=5))
+def test_lora_leaves_every_base_weight_bit_for_bit_and_trains_its_adapters(lora_run):
+    config, _ = lora_run
     trained = torch.load(os.path.join(config.output_dir, MODEL_FILE), weights_only=True)
     from transformers import AutoModelForCausalLM
 
-    original = AutoModelForCausalLM.from_pretrained(base).state_dict()
+    original = AutoModelForCausalLM.from_pretrained(config.task_options.base_model).state_dict()
     lora = {name: value for name, value in trained.items() if "lora_" in name}
     frozen = {name.replace("base_model.model.", "").replace(".base_layer", ""): value
               for name, value in trained.items() if "lora_" not in name}
@@ -100,15 +131,16 @@ def test_lora_leaves_every_base_weight_bit_for_bit_and_trains_its_adapters(spark
     assert all(float(value.abs().max()) > 0 for name, value in lora.items() if "lora_B" in name)  # B starts at 0
 
 
-def test_a_lora_checkpoint_holds_the_adapters_not_the_frozen_base(spark, tmp_path, pretrained):
-    config, _ = staged(spark, fine_tuning(tmp_path, pretrained("llama"), lora_rank=4), world_size=1, rows=400)
-    train(dataclasses.replace(config, max_steps=3))
-    (tag,) = os.listdir(config.checkpoint_dir)
-    state = torch.load(os.path.join(config.checkpoint_dir, tag, "state.pt"), weights_only=True)
-    assert state["model"] and all("lora_" in name for name in state["model"])
+def test_a_lora_checkpoint_holds_the_adapters_not_the_frozen_base(lora_run):
+    config, _ = lora_run
     full = torch.load(os.path.join(config.output_dir, MODEL_FILE), weights_only=True)
-    adapter = sum(value.numel() for value in state["model"].values())
-    assert adapter < 0.2 * sum(value.numel() for value in full.values())
+    tags = os.listdir(config.checkpoint_dir)
+    assert len(tags) == 2  # of steps 3 and 6
+    for tag in tags:
+        state = torch.load(os.path.join(config.checkpoint_dir, tag, "state.pt"), weights_only=True)
+        assert state["model"] and all("lora_" in name for name in state["model"])
+        adapter = sum(value.numel() for value in state["model"].values())
+        assert adapter < 0.2 * sum(value.numel() for value in full.values())
 
 
 def test_supervised_fine_tuning_counts_the_response_s_tokens_only(pretrained):
@@ -181,16 +213,13 @@ def test_a_row_s_score_is_its_mean_loss_as_an_example_of_its_own(pretrained):
     assert scores.tolist() == pytest.approx(alone, rel=1e-5) and scores[0] != pytest.approx(scores[1])
 
 
-def test_a_run_starts_from_a_lora_run_s_adapters_or_its_whole_state(spark, tmp_path, pretrained):
+def test_a_run_starts_from_a_lora_run_s_adapters_or_its_whole_state(tmp_path, lora_run):
     """--init-from a LoRA run, whose checkpoints hold the adapters and not the frozen base (build_model makes it
     again): --init-mode weights starts from its adapters (the new run's held-out loss before its first step is the
     earlier run's last), --init-mode full goes on from a checkpoint's whole state and ends where the earlier run did."""
     from distributed_training.training.checkpoints import tag_of
 
-    earlier, _ = staged(spark, dataclasses.replace(fine_tuning(tmp_path / "earlier", pretrained("llama"), lora_rank=4),
-                                                   max_steps=6, checkpoint_every_steps=3), world_size=1, rows=400)
-    first = train(earlier)
-
+    earlier, first = lora_run
     adapters = dataclasses.replace(earlier, output_dir=str(tmp_path / "weights"), init_from=earlier.output_dir,
                                    max_steps=1)
     shutil.copytree(earlier.staging_dir, adapters.staging_dir)  # as staging the same table again: the same rows
