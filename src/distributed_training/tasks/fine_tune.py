@@ -370,17 +370,25 @@ def exported_model(model, stats: dict, batch) -> tuple:
 MERGED_DIR = "merged"  # in the run's Hugging Face folder: the LoRA model merged (--merge-adapters)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")  # what a saved tokenizer leaves
+
+
 def save_pretrained(model, folder: str, options: Options) -> None:
-    """The trained model in Hugging Face format, with the base model's tokenizer: in full, the model (safetensors,
-    config.json, generation_config.json); with LoRA, the adapters (adapter_model.safetensors, and adapter_config.json,
-    whose base_model_name_or_path is --base-model), and with --merge-adapters the merged model in MERGED_DIR too."""
-    tokenizer = tokenizer_of(options.base_model)
+    """The trained model in Hugging Face format, with the base model's tokenizer where it has one (one whose ids were
+    staged by other means, as the GPU check's, may not): in full, the model (safetensors, config.json,
+    generation_config.json); with LoRA, the adapters (adapter_model.safetensors, and adapter_config.json, whose
+    base_model_name_or_path is --base-model), and with --merge-adapters the merged model in MERGED_DIR too."""
+    base = options.base_model
+    has_tokenizer = not os.path.isdir(base) or any(os.path.exists(os.path.join(base, name)) for name in TOKENIZER_FILES)
+    tokenizer = tokenizer_of(base) if has_tokenizer else None
     model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    if tokenizer:
+        tokenizer.save_pretrained(folder)
     if options.lora_rank and options.merge_adapters:
         merged = os.path.join(folder, MERGED_DIR)
         copy.deepcopy(model).merge_and_unload().save_pretrained(merged)  # a copy: merging changes the model in place
-        tokenizer.save_pretrained(merged)
+        if tokenizer:
+            tokenizer.save_pretrained(merged)
 
 
 # ---------------------------------------------------------------- a small model, to try the task without a download
