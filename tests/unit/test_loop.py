@@ -174,6 +174,29 @@ def test_a_raised_budget_lists_each_epoch_once_and_mlflow_keeps_one_meaning_a_ke
     assert [step for step, _ in history("learning_rate")] == list(range(1, 2 * per_epoch + 1))
 
 
+def test_a_resume_whose_mlflow_record_a_kill_cut_short_trains_on_in_a_new_mlflow_run(spark, tmp_path, single_process,
+                                                                                     monkeypatch, capsys):
+    """A local file store's run record (meta.yaml, which MLflow rewrites in place) left empty by a kill mid-write:
+    the rerun says it cannot reopen that run, resumes its checkpoint all the same and tracks into a new MLflow run."""
+    import mlflow
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config, _ = staged(spark, resolved_config(tmp_path, FARE, processes=1, epochs=1, max_steps=2, tracking=True,
+                                              log_every_steps=1),
+                       world_size=1, rows=400)
+    first = train(config)
+    (record,) = (tmp_path / "mlruns").glob(f"*/{first['mlflow_run_id']}/meta.yaml")
+    record.write_text("")
+    capsys.readouterr()
+    resumed = train(dataclasses.replace(config, max_steps=4))
+    assert resumed["resumed_from_step"] == 2 and resumed["step"] == 4
+    assert f"MLflow cannot reopen run {first['mlflow_run_id']}" in capsys.readouterr().out
+    client = mlflow.MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}")
+    new_run = client.get_run(resumed["mlflow_run_id"])
+    assert resumed["mlflow_run_id"] != first["mlflow_run_id"] and new_run.info.status == "FINISHED"
+    assert [point.step for point in client.get_metric_history(new_run.info.run_id, "train_loss")] == [3, 4]
+
+
 def test_the_progress_line_shows_the_share_of_a_step_spent_waiting_and_the_time_left():
     plan = loop.Plan(epochs=2, updates_per_epoch=1000, updates=2000)
     figures = {"train_loss": 0.5, "learning_rate": 1e-3, "grad_norm": None, "tokens_per_second": None,

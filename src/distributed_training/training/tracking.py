@@ -67,9 +67,8 @@ class Tracker:
             self.owns_tracking_uri = True
             mlflow.set_tracking_uri(tracking_uri(self.config))
         platform_run = os.environ.get("MLFLOW_RUN_ID")  # a serverless GPU task's: each attempt gets its own
-        if resumed_run_id and not platform_run:
-            run = mlflow.start_run(run_id=resumed_run_id)
-        else:
+        run = self._reopened(resumed_run_id) if resumed_run_id and not platform_run else None
+        if run is None:
             if not platform_run:  # start_run() takes the platform's run from it
                 mlflow.set_experiment(experiment_name(self.config))
             run = mlflow.start_run()
@@ -78,6 +77,18 @@ class Tracker:
                 mlflow.set_tag("job_run_id", self.config.job_run_id)  # the platform's job run that trained it
         self.log(f"MLflow: run {run.info.run_id} in experiment {run.info.experiment_id} at {mlflow.get_tracking_uri()}")
         return run.info.run_id
+
+    def _reopened(self, run_id: str):
+        """The checkpoint's MLflow run, open again; None where the store cannot give it back: deleted, or a local
+        folder's record that a kill cut short mid-write (MLflow rewrites meta.yaml in place), where MLflow raises its
+        own errors or a bare AttributeError. Tracking never stops the training: a new run takes the metrics on."""
+        try:
+            return self.mlflow.start_run(run_id=run_id)
+        except Exception as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            self.log(f"MLflow cannot reopen run {run_id}, where this run's checkpoint was tracked ({reason}): its "
+                     "metrics from here on go to a new MLflow run")
+            return None
 
     def log_step(self, step: int, figures: dict) -> None:
         """Numbers at the global step (MLflow's step axis), not waited for: a call to a workspace takes tens of ms."""
