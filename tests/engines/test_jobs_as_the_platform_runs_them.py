@@ -11,6 +11,7 @@ checkpoint.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -233,11 +234,13 @@ def test_with_task_py_replaced_by_the_example_every_job_runs_and_validate_names_
 
 
 FULL_FINE_TUNING = ("--lora-rank", "0")
-# An epoch of the fine-tuning sample is a step, its evaluation and a checkpoint (about a second on 2 busy cores): after
-# the first, three more leave the kill seconds to land mid-run.
+# The torch_distributor job in steps of 3 blocks, a checkpoint every 2: its 15 blocks a rank make 5 steps an epoch, so
+# all but every fifth checkpoint fall mid-epoch, and a kill after the first lands mid-epoch, mid-run (16 steps left).
+MID_EPOCH_CHECKPOINTS = ("--batch-size", "3", "--checkpoint-every-steps", "2")
 FINE_TUNING_KILLED_EPOCHS = {"epochs": "4"}
 # The fine-tuning project's classic jobs: DeepSpeed's fine-tunes every weight, the others train LoRA adapters.
-FINE_TUNING = {"engine": "all", "task": "fine_tune", "train_options": {"deepspeed": FULL_FINE_TUNING}}
+FINE_TUNING = {"engine": "all", "task": "fine_tune",
+               "train_options": {"deepspeed": FULL_FINE_TUNING, "torch_distributor": MID_EPOCH_CHECKPOINTS}}
 
 
 def assert_fine_tuned(platform: LocalPlatform, engine: str, run) -> dict:
@@ -253,14 +256,14 @@ def assert_fine_tuned(platform: LocalPlatform, engine: str, run) -> dict:
 
 def test_the_fine_tuning_job_trains_its_base_model_in_a_run_of_its_own_and_a_repair_ends_as_an_uninterrupted_run(
         platform_of):
-    """torch_distributor with LoRA: a run, then another killed after its first checkpoint in its first attempt and in
-    its retry, repaired: it resumes in its own folder, from the base model the bundle variable names, and ends with
-    the held-out loss of the uninterrupted run."""
+    """torch_distributor with LoRA: a run, then another killed mid-epoch after its first checkpoint in its first attempt
+    and in its retry, repaired: it resumes mid-epoch in its own folder, from the base model the bundle variable names,
+    and ends with the uninterrupted run's held-out loss and weights."""
     engine = "torch_distributor"
     platform = platform_of(**FINE_TUNING)
     uninterrupted = platform.run_job(f"train_{engine}", FINE_TUNING_KILLED_EPOCHS)
     reference = assert_fine_tuned(platform, engine, uninterrupted)
-    assert reference["resumed_from_step"] is None
+    assert reference["resumed_from_step"] is None and reference["updates_per_epoch"] == 5
 
     killed = Interrupt("train", first_checkpoint_done(platform, engine), attempts=(0, 1))
     repaired = platform.run_job(f"train_{engine}", FINE_TUNING_KILLED_EPOCHS, interrupt=killed)
@@ -269,8 +272,24 @@ def test_the_fine_tuning_job_trains_its_base_model_in_a_run_of_its_own_and_a_rep
     metrics = assert_fine_tuned(platform, engine, repaired)
     assert repaired.run_id != uninterrupted.run_id and metrics["mlflow_run_id"] != reference["mlflow_run_id"]
     assert resumed_mid_run(metrics) and "using the data staged at" in repaired.latest("train").output
+    assert metrics["resumed_from_step"] % metrics["updates_per_epoch"] != 0, "the resume should start mid-epoch"
     assert metrics["start_held_out_loss"] == reference["start_held_out_loss"]  # the base model's, kept by the resume
     assert metrics["held_out_loss"] == pytest.approx(reference["held_out_loss"], rel=1e-5)
+    ours, theirs = (torch.load(run_folder(platform, engine, run) / "model.pt", weights_only=True)
+                    for run in (repaired, uninterrupted))
+    assert ours.keys() == theirs.keys() and any("lora_" in name for name in ours)
+    assert max(float((ours[name] - theirs[name]).abs().max()) for name in theirs) < 1e-6
+    client = platform.mlflow()
+    experiment = client.get_run(metrics["mlflow_run_id"]).info.experiment_id
+    (logged,) = (model for model in client.search_logged_models([experiment])
+                 if model.source_run_id == metrics["mlflow_run_id"])
+    served = run_folder(platform, engine, repaired) / "served.pt"  # the logits-only module's model, loaded where the
+    load = ("import sys, mlflow.pytorch, torch; "  # project's package is importable, as its jobs have it
+            "torch.save(mlflow.pytorch.load_model(sys.argv[1]).model.state_dict(), sys.argv[2])")
+    subprocess.run([sys.executable, "-c", load, logged.artifact_location, str(served)], check=True, timeout=300,
+                   env={**os.environ, "PYTHONPATH": str(platform.project / "src")})
+    served = torch.load(served, weights_only=True)
+    assert served.keys() == ours.keys() and all(torch.equal(value, ours[name]) for name, value in served.items())
 
 
 @pytest.mark.parametrize("engine", ["deepspeed", "ray"])

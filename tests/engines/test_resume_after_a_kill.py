@@ -1,12 +1,11 @@
 """A training process killed for real in the middle of an epoch; the rerun resumes and ends as an uninterrupted run.
 
 `train --local` runs as a subprocess (its output into a file, so nothing can fill a pipe and hang it), with a
-checkpoint every 30 steps of the fare's 100 an epoch (every 20 of the fine-tune's 30); once two checkpoints are
-complete, rank 1's process gets SIGKILL and the run fails. Then the newest checkpoint is damaged: the DDP state file
+checkpoint every 30 steps of the fare's 100 an epoch; once two checkpoints are complete, rank 1's process gets SIGKILL and the run fails. Then the newest checkpoint is damaged: the DDP state file
 truncated, or, under FSDP2 and DeepSpeed, one rank's shard. The rerun must skip it, resume from the one before,
 mid-epoch, and end with the weights of an uninterrupted run and, epoch by epoch, its figures; the MLflow run (a local
-file store) holds the params, every epoch's metrics and the model. The fine-tuning task with LoRA under DDP too: its
-checkpoints hold the adapters and their optimizer state, the frozen base comes from the base model's folder again.
+file store) holds the params, every epoch's metrics and the model. (The fine-tuning task's LoRA run is killed mid-epoch
+and resumed as a job: test_jobs_as_the_platform_runs_them.py.)
 """
 
 from __future__ import annotations
@@ -20,11 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from distributed_training.run_folder import MODEL_FILE
 from distributed_training.training.checkpoints import complete_steps, tag_of
 from distributed_training.training.strategy import checkpoint_weights
 
-from conftest import FARE, FINE_TUNE, assert_it_learned, environment, metrics_of, output_of, train_command
+from conftest import FARE, assert_it_learned, environment, metrics_of, output_of, train_command
 
 pytestmark = pytest.mark.engine
 
@@ -61,25 +59,19 @@ def damage(checkpoint: Path, pattern: str) -> None:
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 3])
 
 
-@pytest.mark.parametrize("engine, parallelism, task, victim", [
-    ("torch_distributor", "ddp", FARE, "state.pt"),
-    ("torch_distributor", "fsdp2", FARE, "__1_0.distcp"),  # rank 1's shard of the torch distributed checkpoint
-    ("deepspeed", "ddp", FARE, "*zero_pp_rank_1_*optim_states.pt"),  # rank 1's shard of the optimizer state
-    ("torch_distributor", "ddp", FINE_TUNE, "state.pt"),
-], ids=["ddp", "fsdp2", "deepspeed", "fine-tune-lora"])
+@pytest.mark.parametrize("engine, parallelism, victim", [
+    ("torch_distributor", "ddp", "state.pt"),
+    ("torch_distributor", "fsdp2", "__1_0.distcp"),  # rank 1's shard of the torch distributed checkpoint
+    ("deepspeed", "ddp", "*zero_pp_rank_1_*optim_states.pt"),  # rank 1's shard of the optimizer state
+], ids=["ddp", "fsdp2", "deepspeed"])
 def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_same(tmp_path, engine, parallelism,
-                                                                                    task, victim, monkeypatch,
-                                                                                    request):
+                                                                                    victim, monkeypatch, request):
     if engine == "deepspeed":
         request.getfixturevalue("deepspeed_op_built")  # built once per session, not inside the deadline below
     output, log = tmp_path / "run", tmp_path / "first.log"
     checkpoints = output / "checkpoints"
     options = [*OPTIONS, "--parallelism", parallelism, "--checkpoint-every-steps", "30"]
-    if task == FINE_TUNE:  # 30 steps an epoch: a small Llama's LoRA adapters on blocks of 16 tokens
-        options[-1] = "20"
-        options += ["--base-model", request.getfixturevalue("pretrained")("llama"), "--max-length", "16",
-                    "--lora-rank", "4"]
-    command = [sys.executable, "-m", "distributed_training", "train", "--engine", engine, "--task", task, "--local",
+    command = [sys.executable, "-m", "distributed_training", "train", "--engine", engine, "--task", FARE, "--local",
                "--output-dir", str(output), *options]
     with open(log, "w") as sink:
         first = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=environment(),
@@ -104,7 +96,7 @@ def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_s
     complete = complete_steps(str(checkpoints))
     assert len(complete) >= 2, complete
     damage(checkpoints / tag_of(complete[0]), victim)
-    rerun = train_command(output, engine, task, *options)
+    rerun = train_command(output, engine, FARE, *options)
     assert rerun.returncode == 0, output_of(rerun)
     assert f"checkpoint of step {complete[0]} does not load on every rank: skipped" in rerun.stdout
     assert f"resuming from the checkpoint of step {complete[1]}" in rerun.stdout
@@ -112,21 +104,21 @@ def test_a_killed_run_resumes_from_its_newest_loadable_checkpoint_and_ends_the_s
     assert resumed["resumed_from_step"] == complete[1] < resumed["step"]
     assert complete[1] % resumed["updates_per_epoch"] != 0, "the resume should start in the middle of an epoch"
 
-    uninterrupted = train_command(tmp_path / "uninterrupted", engine, task, *options)
+    uninterrupted = train_command(tmp_path / "uninterrupted", engine, FARE, *options)
     assert uninterrupted.returncode == 0, output_of(uninterrupted)
     expected = metrics_of(tmp_path / "uninterrupted")
-    for name in ("train_loss", "held_out_loss", "learning_rate", *(["test_rmse"] if task == FARE else [])):
+    for name in ("train_loss", "held_out_loss", "learning_rate", "test_rmse"):
         assert [epoch[name] for epoch in resumed["epochs"]] == pytest.approx(
             [epoch[name] for epoch in expected["epochs"]], rel=1e-5), name
     ours, theirs = (checkpoint_weights(str(folder / "checkpoints"), tag_of(expected["step"]))
                     for folder in (output, tmp_path / "uninterrupted"))
     assert max(float((ours[name] - theirs[name]).abs().max()) for name in theirs) < 1e-6
-    assert_it_learned(resumed, task)
+    assert_it_learned(resumed, FARE)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    assert_mlflow_holds_the_run(output, resumed, engine, task)
+    assert_mlflow_holds_the_run(output, resumed, engine)
 
 
-def assert_mlflow_holds_the_run(output: Path, metrics: dict, engine: str, task: str):
+def assert_mlflow_holds_the_run(output: Path, metrics: dict, engine: str):
     import mlflow
     import numpy as np
     import torch
@@ -146,13 +138,9 @@ def assert_mlflow_holds_the_run(output: Path, metrics: dict, engine: str, task: 
     models = mlflow.search_logged_models(experiment_ids=[run.info.experiment_id], output_format="list")
     assert [model.source_run_id for model in models] == [run.info.run_id]
     model = mlflow.pytorch.load_model(models[0].model_uri)
-    if task == FINE_TUNE:  # the whole model, its frozen base included, behind the logits-only module MLflow logs
-        final, weights = torch.load(output / MODEL_FILE, weights_only=True), model.model.state_dict()
-        assert weights.keys() == final.keys()
-        assert all(torch.equal(value, final[name]) for name, value in weights.items())
-    else:  # 3 miles, 15 minutes, at noon on a Wednesday: a metered fare of roughly 2.5 + 7.5 + 5 dollars
-        trip = np.array([[3.0, 15.0, np.sin(np.pi), np.cos(np.pi), np.sin(3 * 2 * np.pi / 7),
-                          np.cos(3 * 2 * np.pi / 7)]], dtype=np.float32)
-        with torch.no_grad():
-            fare = float(model(torch.from_numpy(trip))[0])
-        assert 10.0 < fare < 22.0, fare
+    # 3 miles, 15 minutes, at noon on a Wednesday: a metered fare of roughly 2.5 + 7.5 + 5 dollars
+    trip = np.array([[3.0, 15.0, np.sin(np.pi), np.cos(np.pi), np.sin(3 * 2 * np.pi / 7),
+                      np.cos(3 * 2 * np.pi / 7)]], dtype=np.float32)
+    with torch.no_grad():
+        fare = float(model(torch.from_numpy(trip))[0])
+    assert 10.0 < fare < 22.0, fare
